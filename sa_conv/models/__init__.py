@@ -1,0 +1,51 @@
+"""Model registry: ``create_model(name, **overrides)`` builds every model of the suite."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from torch import nn
+
+from sa_conv.models.resnet import ResNet18, ResNetConfig
+from sa_conv.models.sa_classifier import SAClassifier, SAConfig
+
+__all__ = [
+    "MODELS",
+    "ResNet18",
+    "ResNetConfig",
+    "SAClassifier",
+    "SAConfig",
+    "create_model",
+    "model_config",
+]
+
+# name -> (config class, defaults that make it this model, constructor)
+MODELS: dict[str, tuple[type, dict[str, Any], Callable[[Any], nn.Module]]] = {
+    "resnet18": (ResNetConfig, {}, ResNet18),
+    "quadratic": (SAConfig, {"encoding": "quadratic"}, SAClassifier),
+    "gaussian": (SAConfig, {"encoding": "gaussian"}, SAClassifier),
+    "learned": (SAConfig, {"encoding": "learned"}, SAClassifier),
+    "learned-content": (SAConfig, {"encoding": "learned", "content": True}, SAClassifier),
+}
+
+
+def model_config(name: str, **overrides: Any) -> Any:
+    """The config object of model ``name`` with ``overrides`` applied (paper defaults otherwise)."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; valid models: {', '.join(MODELS)}")
+    config_cls, defaults, _ = MODELS[name]
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise ValueError(
+            f"model {name!r} has no option {', '.join(unknown)}; options: {', '.join(sorted(fields))}"
+        )
+    return config_cls(**{**defaults, **overrides})
+
+
+def create_model(name: str, **overrides: Any) -> nn.Module:
+    """Build model ``name`` (one of ``MODELS``); defaults are the paper's, ``overrides`` resize it."""
+    config = model_config(name, **overrides)
+    return MODELS[name][2](config)

@@ -1,0 +1,29 @@
+"""Shared fixtures: deterministic seeds, the offline CIFAR-10 tree when it exists."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+import torch
+
+SHARED_ARCHIVE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cifar10-jpeg.tar.gz"
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def cifar_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real CIFAR-10 JPEG tree from ../shared/data, extracted once per session (or skip)."""
+    archive = Path(os.environ.get("SA_CONV_CIFAR_ARCHIVE", SHARED_ARCHIVE))
+    if not archive.is_file():
+        pytest.skip(f"real CIFAR-10 archive not found at {archive}")
+    root = tmp_path_factory.mktemp("cifar")
+    with tarfile.open(archive) as tar:
+        tar.extractall(root, filter="data")
+    return root / "cifar10-jpeg"

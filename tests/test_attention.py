@@ -1,0 +1,165 @@
+import copy
+
+import pytest
+import torch
+
+from sa_conv.attention import MultiHeadSelfAttention2d
+from sa_conv.encodings import GaussianEncoding, LearnedRelativeEncoding, QuadraticEncoding
+
+
+def make(kind: str, dim: int = 8, heads: int = 3, **kw) -> MultiHeadSelfAttention2d:
+    enc = {
+        "quadratic": lambda: QuadraticEncoding(heads),
+        "gaussian": lambda: GaussianEncoding(heads),
+        "learned": lambda: LearnedRelativeEncoding(heads, dim, max_size=8),
+        "content": lambda: LearnedRelativeEncoding(heads, dim, max_size=8),
+        "content-only": lambda: None,
+    }[kind]()
+    content = kind.startswith("content")
+    return MultiHeadSelfAttention2d(dim, heads, encoding=enc, content=content, **kw)
+
+
+def literal(layer: MultiHeadSelfAttention2d, x: torch.Tensor) -> torch.Tensor:
+    """The formula written out per head with explicit loops over heads (no shared code path)."""
+    b, h, w, d = x.shape
+    xs = x.reshape(b, h * w, d)
+    outs = []
+    for head in range(layer.heads):
+        logit = torch.zeros(b, h * w, h * w)
+        if layer.encoding is not None:
+            logit = logit + layer.encoding.logits(h, w)[head]
+        if layer.content:
+            wq = layer.query.weight[head * d : (head + 1) * d]
+            bq = layer.query.bias[head * d : (head + 1) * d]
+            wk = layer.key.weight[head * d : (head + 1) * d]
+            bk = layer.key.bias[head * d : (head + 1) * d]
+            q, k = xs @ wq.T + bq, xs @ wk.T + bk
+            logit = logit + q @ k.transpose(1, 2) / d**0.5
+        outs.append(torch.softmax(logit, -1) @ xs)  # (B, N, D)
+    cat = torch.cat(outs, dim=-1)  # (B, N, heads * D)
+    return (cat @ layer.proj.weight.T + layer.proj.bias).reshape(b, h, w, -1)
+
+
+@pytest.mark.parametrize("kind", ["quadratic", "gaussian", "learned", "content", "content-only"])
+def test_reference_equals_literal_formula(kind):
+    layer = make(kind, impl="reference").eval()
+    x = torch.randn(2, 4, 5, 8)
+    torch.testing.assert_close(layer(x), literal(layer, x), rtol=1e-5, atol=1e-5)
+
+
+FAST = [
+    ("quadratic", "shared"),
+    ("quadratic", "separable"),
+    ("gaussian", "shared"),
+    ("learned", "shared"),
+    ("learned", "separable"),
+    ("content", "sdpa"),
+    ("content-only", "sdpa"),
+]
+
+
+@pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize(("kind", "impl"), FAST)
+def test_fast_path_equals_reference(kind, impl, training):
+    ref = make(kind, dim=16, heads=4, impl="reference").train(training)
+    fast = copy.deepcopy(ref)
+    fast.impl = impl
+    x = torch.randn(3, 6, 7, 16, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    y_ref, y_fast = ref(x), fast(x2)
+    torch.testing.assert_close(y_fast, y_ref, rtol=1e-5, atol=1e-5)
+    g = torch.randn_like(y_ref)
+    y_ref.backward(g)
+    y_fast.backward(g)
+    torch.testing.assert_close(x2.grad, x.grad, rtol=1e-5, atol=1e-5)
+    for (name, p_ref), p_fast in zip(ref.named_parameters(), fast.parameters(), strict=True):
+        torch.testing.assert_close(p_fast.grad, p_ref.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize(
+    ("kind", "dropout", "training", "expected"),
+    [
+        ("quadratic", 0.0, True, "separable"),
+        ("quadratic", 0.1, True, "reference"),
+        ("quadratic", 0.1, False, "separable"),
+        ("gaussian", 0.0, False, "shared"),
+        ("learned", 0.0, False, "separable"),
+        ("content", 0.0, False, "sdpa"),
+        ("content", 0.1, True, "reference"),
+    ],
+)
+def test_auto_picks_exact_path(kind, dropout, training, expected):
+    layer = make(kind, attn_dropout=dropout).train(training)
+    assert layer.resolved_impl() == expected
+
+
+def test_return_attention_shapes_and_rows_sum_to_one():
+    x = torch.randn(2, 4, 4, 8)
+    y, p = make("quadratic")(x, return_attention=True)
+    assert y.shape == (2, 4, 4, 8) and p.shape == (1, 3, 16, 16)
+    torch.testing.assert_close(p.sum(-1), torch.ones(1, 3, 16))
+    y, p = make("content", out_dim=5)(x, return_attention=True)
+    assert y.shape == (2, 4, 4, 5) and p.shape == (2, 3, 16, 16)
+
+
+def test_positional_layer_is_translation_equivariant_inside():
+    layer = make("quadratic", dim=4, heads=2, impl="reference").eval()
+    layer.encoding.set_(torch.tensor([[1.0, 0.0], [0.0, -1.0]]), 5.0)
+    x = torch.randn(1, 12, 12, 4)
+    shifted = torch.roll(x, shifts=(2, 3), dims=(1, 2))
+    y, y_shift = layer(x), layer(shifted)
+    # away from the border (and the wrap-around seam) the output moves with the input
+    torch.testing.assert_close(y_shift[:, 2 + 4 : 2 + 8, 3 + 4 : 3 + 8], y[:, 4:8, 4:8], rtol=0, atol=1e-5)
+    assert not torch.allclose(y_shift[:, 6:10, 7:11], y[:, 6:10, 7:11], atol=1e-3)
+
+
+@pytest.mark.parametrize("kind", ["quadratic", "gaussian", "learned", "content"])
+def test_every_parameter_gets_a_gradient(kind):
+    layer = make(kind)
+    layer(torch.randn(2, 4, 4, 8)).square().sum().backward()
+    for name, p in layer.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+@pytest.mark.parametrize("kind", ["quadratic", "gaussian", "learned", "content"])
+@pytest.mark.parametrize("impl", ["reference", "auto"])
+def test_no_nan_float32_and_bf16(kind, impl):
+    layer = make(kind, impl=impl)
+    if isinstance(layer.encoding, QuadraticEncoding | GaussianEncoding):
+        with torch.no_grad():
+            layer.encoding.centres.mul_(10)  # far-away centres: large logits
+    x = torch.randn(2, 6, 6, 8) * 30
+    assert torch.isfinite(layer(x)).all()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(x)
+    assert torch.isfinite(y).all()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"heads": 0}, "heads"),
+        ({"heads": -1}, "heads"),
+        ({"dim": 0}, "dim"),
+        ({"encoding": None, "content": False}, "no logits"),
+        ({"encoding": QuadraticEncoding(2)}, "heads=3"),
+        ({"impl": "fast"}, "impl"),
+        ({"impl": "sdpa"}, "impl='sdpa'"),
+        ({"encoding": GaussianEncoding(3), "impl": "separable"}, "separable"),
+    ],
+)
+def test_bad_construction(kwargs, match):
+    args = {"dim": 8, "heads": 3, "encoding": QuadraticEncoding(3), **kwargs}
+    dim, heads = args.pop("dim"), args.pop("heads")
+    with pytest.raises(ValueError, match=match):
+        MultiHeadSelfAttention2d(dim, heads, **args)
+
+
+def test_bad_input():
+    layer = make("quadratic")
+    with pytest.raises(ValueError, match=r"\(B, H, W, dim\)"):
+        layer(torch.randn(4, 4, 8))
+    with pytest.raises(ValueError, match="dim=8"):
+        layer(torch.randn(1, 4, 4, 7))
+    with pytest.raises(ValueError, match="max_size"):
+        make("learned")(torch.randn(1, 9, 4, 8))

@@ -1,10 +1,10 @@
 """sa_conv: self-attention and convolution on images (Cordonnier, Loukas & Jaggi, ICLR 2020)."""
 
+__version__ = "0.1.0"
+
 from sa_conv.attention import MultiHeadSelfAttention2d
 from sa_conv.encodings import GaussianEncoding, LearnedRelativeEncoding, QuadraticEncoding
 from sa_conv.models import create_model
-
-__version__ = "0.1.0"
 
 __all__ = [
     "GaussianEncoding",

@@ -1,0 +1,1 @@
+"""Command-line programs over sa_conv: ``python -m experiments.<name>``."""

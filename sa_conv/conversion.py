@@ -1,0 +1,136 @@
+"""Theorem 1 in code: any Conv1d/Conv2d as one multi-head self-attention layer with quadratic encoding.
+
+One head per kernel tap: head h = (ky, kx) attends (alpha large) to the pixel at shift
+``Delta_h = (ky * dy - cy, kx * dx - cx)`` from its query, its block of the output projection is the
+kernel slice ``W[:, :, ky, kx]``, and the conv bias is the projection bias. Padding: pad the input
+exactly as the conv does (any padding mode), attend on the padded grid, and read the output at the
+query pixels ``o * stride + (cy, cx)`` (crop and subsample). Groups: block-diagonal kernel slices. A
+1D conv is the same layer on a grid of height 1.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from sa_conv.attention import Impl, MultiHeadSelfAttention2d
+from sa_conv.encodings import QuadraticEncoding
+
+__all__ = ["ConvAsAttention", "conv_to_attention", "dense_kernel"]
+
+
+def dense_kernel(conv: nn.Conv1d | nn.Conv2d) -> Tensor:
+    """The conv's kernel as ``(out, in, Kh, Kw)`` with groups made block-diagonal (Kh = 1 in 1D)."""
+    weight = conv.weight if conv.weight.ndim == 4 else conv.weight.unsqueeze(2)  # (O, I/g, Kh, Kw)
+    if conv.groups == 1:
+        return weight
+    out_g, in_g = conv.out_channels // conv.groups, conv.in_channels // conv.groups
+    blocks = [
+        F.pad(weight[g * out_g : (g + 1) * out_g], (0, 0, 0, 0, g * in_g, conv.in_channels - (g + 1) * in_g))
+        for g in range(conv.groups)
+    ]
+    return torch.cat(blocks, dim=0)  # (O, I, Kh, Kw)
+
+
+class ConvAsAttention(nn.Module):
+    """A convolution computed by the library's attention layer; same input and output as the conv."""
+
+    def __init__(
+        self,
+        attention: MultiHeadSelfAttention2d,
+        *,
+        dims: int,
+        in_channels: int,
+        padding: tuple[int, ...],
+        padding_mode: str,
+        stride: tuple[int, int],
+        offset: tuple[int, int],
+        reach: tuple[int, int],
+    ) -> None:
+        super().__init__()
+        self.attention = attention
+        self.dims, self.in_channels = dims, in_channels
+        self.padding = padding  # F.pad order, last dim first
+        self.padding_mode = "constant" if padding_mode == "zeros" else padding_mode
+        self.stride, self.offset, self.reach = stride, offset, reach
+
+    @property
+    def centres(self) -> Tensor:
+        """The heads' attention centres ``(heads, 2)`` as (dy, dx): the kernel taps' shifts."""
+        return self.attention.encoding.centres.detach()
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``(N, C, L)`` or ``(N, C, H, W)`` -> the conv's output, through self-attention."""
+        if x.ndim != self.dims + 2 or x.shape[1] != self.in_channels:
+            shape = "(N, C, L)" if self.dims == 1 else "(N, C, H, W)"
+            raise ValueError(f"x must be {shape} with C={self.in_channels}, got shape {tuple(x.shape)}")
+        if any(self.padding):
+            x = F.pad(x, self.padding, mode=self.padding_mode)
+        if self.dims == 1:
+            x = x.unsqueeze(2)  # (N, C, 1, L): a grid of height 1
+        y = self.attention(x.permute(0, 2, 3, 1))  # (N, Hp, Wp, out)
+        (sy, sx), (cy, cx), (ry, rx) = self.stride, self.offset, self.reach
+        hp, wp = y.shape[1:3]
+        if hp <= ry or wp <= rx:
+            raise ValueError(f"input too small for the kernel: padded size {(hp, wp)[2 - self.dims :]}")
+        y = y[:, cy : hp - ry + cy : sy, cx : wp - rx + cx : sx]  # queries o * stride + offset
+        y = y.permute(0, 3, 1, 2)  # (N, out, Ho, Wo)
+        return y.squeeze(2) if self.dims == 1 else y
+
+
+def conv_to_attention(
+    conv: nn.Conv1d | nn.Conv2d,
+    *,
+    alpha: float = 46.0,
+    max_heads: int | None = None,
+    impl: Impl = "auto",
+) -> ConvAsAttention:
+    """Build the multi-head self-attention layer that computes ``conv`` (Theorem 1)."""
+    if type(conv) not in (nn.Conv1d, nn.Conv2d):
+        raise TypeError(f"conv_to_attention takes nn.Conv1d or nn.Conv2d, got {type(conv).__name__}")
+    if not conv.weight.is_floating_point():
+        raise TypeError(f"conv weights must be floating point, got {conv.weight.dtype}")
+    if alpha <= 0:
+        raise ValueError(f"alpha must be positive, got {alpha}")
+    dims = 1 if isinstance(conv, nn.Conv1d) else 2
+    pad1 = (1,) * (2 - dims)  # the unit height axis of a 1D conv
+    kh, kw = pad1 + tuple(conv.kernel_size)
+    sy, sx = pad1 + tuple(conv.stride)
+    dy, dx = pad1 + tuple(conv.dilation)
+    heads = kh * kw
+    if max_heads is not None and heads > max_heads:
+        raise ValueError(f"kernel {kh}x{kw} needs {heads} heads, more than max_heads={max_heads}")
+
+    reach_y, reach_x = dy * (kh - 1), dx * (kw - 1)  # kernel extent - 1
+    cy, cx = reach_y // 2, reach_x // 2  # query offset inside the receptive field
+    ky, kx = torch.meshgrid(torch.arange(kh), torch.arange(kw), indexing="ij")
+    centres = torch.stack([ky.flatten() * dy - cy, kx.flatten() * dx - cx], dim=-1).float()  # (heads, 2)
+
+    encoding = QuadraticEncoding(heads).set_(centres, alpha)
+    attention = MultiHeadSelfAttention2d(
+        conv.in_channels,
+        heads,
+        encoding=encoding,
+        out_dim=conv.out_channels,
+        bias=conv.bias is not None,
+        impl=impl,
+    ).to(device=conv.weight.device, dtype=conv.weight.dtype)
+    with torch.no_grad():
+        kernel = dense_kernel(conv)  # (O, I, Kh, Kw)
+        # head h = (ky, kx) reads block [h * I, (h + 1) * I) of the projection's input
+        attention.proj.weight.copy_(
+            kernel.permute(0, 2, 3, 1).reshape(conv.out_channels, heads * conv.in_channels)
+        )
+        if conv.bias is not None:
+            attention.proj.bias.copy_(conv.bias)
+    return ConvAsAttention(
+        attention,
+        dims=dims,
+        in_channels=conv.in_channels,
+        padding=tuple(conv._reversed_padding_repeated_twice),
+        padding_mode=conv.padding_mode,
+        stride=(sy, sx),
+        offset=(cy, cx),
+        reach=(reach_y, reach_x),
+    )

@@ -1,0 +1,269 @@
+"""CIFAR-10 as a LightningDataModule: decoded once into uint8 tensors, augmented per batch on the device.
+
+Sources:
+- ``"torchvision"``: ``torchvision.datasets.CIFAR10(root, download=True)``.
+- ``"folder"``: an ImageFolder tree ``<dir>/train/<class>/*``, ``<dir>/test/<class>/*``.
+- ``"synthetic"``: generated class templates plus noise (learnable), for tests and smoke runs.
+- ``"auto"``: ``"folder"`` when ``data_dir`` holds ``train/`` and ``test/``, else ``"torchvision"``.
+
+Every image is decoded once and held as one ``(N, 3, 32, 32)`` uint8 tensor, so an epoch never
+re-decodes a JPEG. The paper's augmentation (random crop 32 with padding 4, horizontal flip) runs per
+sample but vectorized over the batch in ``on_after_batch_transfer``, i.e. on the training device;
+normalization is ``transforms.v2``.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+from torchvision.transforms import v2
+
+__all__ = [
+    "CIFAR10_CLASSES",
+    "CIFAR10_MEAN",
+    "CIFAR10_STD",
+    "CIFAR10DataModule",
+    "DataError",
+    "load_image_folder",
+    "random_crop_flip",
+]
+
+CIFAR10_CLASSES = (
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+)
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+IMAGE_SIZE = 32
+
+Source = Literal["auto", "torchvision", "folder", "synthetic"]
+Split = Literal["train", "test"]
+
+
+class DataError(RuntimeError):
+    """The data cannot be loaded; the message says what to do."""
+
+
+def random_crop_flip(images: Tensor, *, padding: int = 4, generator: torch.Generator | None = None) -> Tensor:
+    """Per-sample random crop (zero padding) and horizontal flip of a batch ``(B, C, H, W)``.
+
+    ``transforms.v2.RandomCrop`` draws one crop per call, i.e. one for the whole batch; this draws one
+    per image with tensor ops, on the batch's device.
+    """
+    b, _, h, w = images.shape
+    device = images.device
+    padded = torch.nn.functional.pad(images, (padding,) * 4)  # (B, C, H + 2p, W + 2p)
+    oy = torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=device)
+    ox = torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=device)
+    flip = torch.rand(b, generator=generator, device=device) < 0.5
+    rows = oy[:, None] + torch.arange(h, device=device)  # (B, H)
+    cols = ox[:, None] + torch.arange(w, device=device)  # (B, W)
+    cols = torch.where(flip[:, None], cols.flip(-1), cols)  # mirrored column order
+    batch = torch.arange(b, device=device)[:, None, None]
+    out = padded.permute(0, 2, 3, 1)[batch, rows[:, :, None], cols[:, None, :]]  # (B, H, W, C)
+    return out.permute(0, 3, 1, 2).contiguous()
+
+
+class TensorImages(Dataset):
+    """uint8 images ``(N, 3, H, W)`` and labels ``(N,)``, fetched a whole batch at a time."""
+
+    def __init__(self, images: Tensor, labels: Tensor) -> None:
+        self.images, self.labels = images, labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        return self.images[index], self.labels[index]
+
+    def __getitems__(self, indices: Sequence[int]) -> tuple[Tensor, Tensor]:
+        idx = torch.as_tensor(indices)
+        return self.images[idx], self.labels[idx]
+
+
+def _whole_batch(batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+    """collate_fn for ``TensorImages.__getitems__``: the batch is already stacked."""
+    return batch
+
+
+def load_image_folder(root: Path, split: Split) -> tuple[Tensor, Tensor]:
+    """Decode ``root/split/<class>/*`` into uint8 ``(N, 3, 32, 32)`` and labels; errors name the file."""
+    from torchvision.datasets import ImageFolder
+    from torchvision.io import ImageReadMode, decode_image, read_file
+
+    folder = root / split
+    if not folder.is_dir():
+        raise DataError(f"{root} has no '{split}' folder: expected {root}/{split}/<class>/*.jpg")
+    try:
+        tree = ImageFolder(str(folder), loader=str)
+    except FileNotFoundError as err:  # a class folder without images, or no class folders
+        raise DataError(f"{folder}: {err}") from None
+    if tuple(tree.classes) != CIFAR10_CLASSES:
+        missing = sorted(set(CIFAR10_CLASSES) - set(tree.classes))
+        extra = sorted(set(tree.classes) - set(CIFAR10_CLASSES))
+        raise DataError(
+            f"{folder} does not hold the 10 CIFAR-10 classes (missing: {', '.join(missing) or '-'}; "
+            f"unexpected: {', '.join(extra) or '-'})"
+        )
+    images = torch.empty(len(tree.samples), 3, IMAGE_SIZE, IMAGE_SIZE, dtype=torch.uint8)
+    for i, (path, _) in enumerate(tree.samples):
+        try:
+            image = decode_image(read_file(path), mode=ImageReadMode.RGB)
+        except RuntimeError as err:
+            raise DataError(f"cannot decode image {path}: {str(err).splitlines()[0]}") from None
+        if image.shape[1:] != (IMAGE_SIZE, IMAGE_SIZE):
+            raise DataError(f"image {path} is {image.shape[2]}x{image.shape[1]}, expected 32x32")
+        images[i] = image
+    return images, torch.tensor(tree.targets, dtype=torch.long)
+
+
+def load_torchvision(root: Path, split: Split, *, download: bool) -> tuple[Tensor, Tensor]:
+    """CIFAR-10 through ``torchvision.datasets.CIFAR10`` as uint8 ``(N, 3, 32, 32)`` and labels."""
+    from torchvision.datasets import CIFAR10
+
+    hint = (
+        "pass --data-dir with an existing CIFAR-10 copy (cifar-10-batches-py) or an ImageFolder tree "
+        "<dir>/train/<class>/*, <dir>/test/<class>/*"
+    )
+    try:
+        dataset = CIFAR10(str(root), train=split == "train", download=download)
+    except (urllib.error.URLError, OSError, TimeoutError) as err:
+        reason = getattr(err, "reason", err)
+        raise DataError(f"could not download CIFAR-10 into {root} ({reason}): {hint}") from None
+    except RuntimeError as err:  # "Dataset not found or corrupted"
+        raise DataError(f"CIFAR-10 in {root} is missing or corrupt ({err}): {hint}") from None
+    images = torch.from_numpy(dataset.data).permute(0, 3, 1, 2).contiguous()  # (N, 3, 32, 32)
+    return images, torch.tensor(dataset.targets, dtype=torch.long)
+
+
+def synthetic(n: int, *, seed: int, num_classes: int = 10) -> tuple[Tensor, Tensor]:
+    """Learnable synthetic images: a fixed random template per class plus noise, uint8."""
+    g = torch.Generator().manual_seed(seed)
+    templates = torch.rand(num_classes, 3, IMAGE_SIZE, IMAGE_SIZE, generator=torch.Generator().manual_seed(0))
+    labels = torch.randint(0, num_classes, (n,), generator=g)
+    noise = torch.rand(n, 3, IMAGE_SIZE, IMAGE_SIZE, generator=g)
+    images = (0.6 * templates[labels] + 0.4 * noise) * 255
+    return images.round().to(torch.uint8), labels
+
+
+class CIFAR10DataModule(pl.LightningDataModule):
+    """CIFAR-10 train/val/test as in-memory uint8 tensors; augmentation and normalization per batch."""
+
+    def __init__(
+        self,
+        *,
+        data_dir: str | Path | None = None,
+        source: Source = "auto",
+        batch_size: int = 100,
+        eval_batch_size: int | None = None,
+        val_size: int = 5000,
+        train_subset: int | None = None,
+        test_subset: int | None = None,
+        synthetic_size: int = 512,
+        augment: bool = True,
+        seed: int = 0,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["data_dir"])
+        self.hparams["data_dir"] = None if data_dir is None else str(data_dir)
+        if source not in ("auto", "torchvision", "folder", "synthetic"):
+            raise ValueError(f"unknown data source {source!r}")
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        self.data_dir = Path(data_dir) if data_dir is not None else None
+        self.source = source
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size or max(batch_size, 256)
+        self.val_size, self.train_subset, self.test_subset = val_size, train_subset, test_subset
+        self.synthetic_size, self.augment, self.seed = synthetic_size, augment, seed
+        self.num_workers = num_workers
+        self.normalize = v2.Compose(
+            [v2.ToDtype(torch.float32, scale=True), v2.Normalize(CIFAR10_MEAN, CIFAR10_STD)]
+        )
+        self.train_set: TensorImages | None = None
+        self.val_set: TensorImages | None = None
+        self.test_set: TensorImages | None = None
+
+    def resolved_source(self) -> str:
+        """The source that ``setup`` reads: ``auto`` resolved against ``data_dir``."""
+        if self.source != "auto":
+            return self.source
+        if self.data_dir is not None and (self.data_dir / "train").is_dir():
+            return "folder"
+        return "torchvision"
+
+    def _load(self, split: Split) -> tuple[Tensor, Tensor]:
+        source = self.resolved_source()
+        if source == "synthetic":
+            n = self.synthetic_size if split == "train" else max(self.synthetic_size // 4, 16)
+            return synthetic(n, seed=self.seed + (split == "test"))
+        if self.data_dir is None:
+            raise DataError(f"source {source!r} needs a data_dir")
+        if source == "folder":
+            return load_image_folder(self.data_dir, split)
+        return load_torchvision(self.data_dir, split, download=True)
+
+    def prepare_data(self) -> None:
+        if self.resolved_source() == "torchvision" and self.data_dir is not None:
+            for split in ("train", "test"):
+                load_torchvision(self.data_dir, split, download=True)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is not None:
+            return
+        images, labels = self._load("train")
+        order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(self.seed))
+        val_size = min(self.val_size, len(labels) // 5)
+        val_idx, train_idx = order[:val_size], order[val_size:]
+        if self.train_subset is not None:
+            train_idx = train_idx[: self.train_subset]
+        self.train_set = TensorImages(images[train_idx], labels[train_idx])
+        self.val_set = TensorImages(images[val_idx], labels[val_idx])
+        test_images, test_labels = self._load("test")
+        if self.test_subset is not None:
+            test_images, test_labels = test_images[: self.test_subset], test_labels[: self.test_subset]
+        self.test_set = TensorImages(test_images, test_labels)
+
+    def _loader(self, dataset: TensorImages | None, *, train: bool) -> DataLoader:
+        assert dataset is not None, "call setup() first"
+        return DataLoader(
+            dataset,
+            batch_size=self.batch_size if train else self.eval_batch_size,
+            shuffle=train,
+            drop_last=False,
+            num_workers=self.num_workers,
+            collate_fn=_whole_batch,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_set, train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.val_set, train=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self.test_set, train=False)
+
+    def on_after_batch_transfer(
+        self, batch: tuple[Tensor, Tensor], dataloader_idx: int
+    ) -> tuple[Tensor, Tensor]:
+        images, labels = batch  # uint8 (B, 3, 32, 32) on the training device
+        if self.augment and self.trainer is not None and self.trainer.training:
+            images = random_crop_flip(images)
+        return self.normalize(images), labels

@@ -1,0 +1,117 @@
+import urllib.error
+
+import pytest
+import torch
+from torchvision.io import encode_jpeg
+from torchvision.transforms.v2 import functional as TF
+
+from sa_conv.data import (
+    CIFAR10_CLASSES,
+    CIFAR10DataModule,
+    DataError,
+    load_image_folder,
+    load_torchvision,
+    random_crop_flip,
+)
+
+
+def test_random_crop_flip_equals_per_image_torchvision():
+    images = torch.randint(0, 256, (16, 3, 32, 32), dtype=torch.uint8)
+    got = random_crop_flip(images, generator=torch.Generator().manual_seed(3))
+    g = torch.Generator().manual_seed(3)  # replay the same draws
+    oy, ox = torch.randint(0, 9, (16,), generator=g), torch.randint(0, 9, (16,), generator=g)
+    flip = torch.rand(16, generator=g) < 0.5
+    for i in range(16):
+        ref = TF.crop(TF.pad(images[i], [4]), int(oy[i]), int(ox[i]), 32, 32)
+        if flip[i]:
+            ref = TF.horizontal_flip(ref)
+        torch.testing.assert_close(got[i], ref, rtol=0, atol=0)
+    assert flip.any() and not flip.all() and len(set(oy.tolist())) > 1
+
+
+def test_synthetic_module_splits_and_normalizes():
+    dm = CIFAR10DataModule(source="synthetic", synthetic_size=200, batch_size=32, val_size=40, seed=1)
+    dm.setup()
+    assert (len(dm.train_set), len(dm.val_set)) == (160, 40)
+    assert dm.train_set.images.dtype == torch.uint8
+    dm2 = CIFAR10DataModule(source="synthetic", synthetic_size=200, batch_size=32, val_size=40, seed=1)
+    dm2.setup()
+    torch.testing.assert_close(dm.val_set.labels, dm2.val_set.labels)  # fixed-seed split
+    images, labels = next(iter(dm.train_dataloader()))
+    assert images.shape == (32, 3, 32, 32) and labels.shape == (32,)
+    out, _ = dm.on_after_batch_transfer((images, labels), 0)  # no trainer: no augmentation
+    expected = (images.float() / 255 - torch.tensor([0.4914, 0.4822, 0.4465])[:, None, None]) / torch.tensor(
+        [0.2470, 0.2435, 0.2616]
+    )[:, None, None]
+    torch.testing.assert_close(out, expected)
+
+
+def write_tree(root, classes=CIFAR10_CLASSES, per_class=2, size=32):
+    for split in ("train", "test"):
+        for c, name in enumerate(classes):
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for i in range(per_class):
+                image = torch.full((3, size, size), 20 * c + i, dtype=torch.uint8)
+                (folder / f"{i:04d}.jpg").write_bytes(encode_jpeg(image, quality=100).numpy().tobytes())
+    return root
+
+
+def test_image_folder_decodes_once_to_uint8(tmp_path):
+    images, labels = load_image_folder(write_tree(tmp_path), "train")
+    assert images.shape == (20, 3, 32, 32) and images.dtype == torch.uint8
+    assert labels.tolist() == [c for c in range(10) for _ in range(2)]
+    assert abs(int(images[6, 0, 5, 5]) - 60) <= 2  # class 3, image 0: value 60 (JPEG rounding)
+    dm = CIFAR10DataModule(data_dir=tmp_path, batch_size=4, val_size=2)
+    assert dm.resolved_source() == "folder"
+
+
+def test_image_folder_missing_classes(tmp_path):
+    write_tree(tmp_path, classes=CIFAR10_CLASSES[:8])
+    with pytest.raises(DataError, match="missing: ship, truck"):
+        load_image_folder(tmp_path, "train")
+
+
+def test_image_folder_corrupt_and_wrong_size(tmp_path):
+    write_tree(tmp_path)
+    bad = tmp_path / "train" / "cat" / "0001.jpg"
+    bad.write_bytes(b"not a jpeg at all")
+    with pytest.raises(DataError, match=r"cannot decode image .*cat/0001.jpg"):
+        load_image_folder(tmp_path, "train")
+    big = tmp_path / "test" / "dog" / "0000.jpg"
+    big.write_bytes(encode_jpeg(torch.zeros(3, 40, 36, dtype=torch.uint8)).numpy().tobytes())
+    with pytest.raises(DataError, match=r"dog/0000.jpg is 36x40, expected 32x32"):
+        load_image_folder(tmp_path, "test")
+
+
+def test_image_folder_without_split(tmp_path):
+    with pytest.raises(DataError, match="no 'train' folder"):
+        load_image_folder(tmp_path, "train")
+
+
+def test_offline_download_message(tmp_path, monkeypatch):
+    from torchvision.datasets import CIFAR10
+
+    def no_network(self):
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(CIFAR10, "download", no_network)
+    with pytest.raises(DataError, match=r"could not download CIFAR-10 .*--data-dir"):
+        load_torchvision(tmp_path, "train", download=True)
+
+
+def test_corrupt_torchvision_copy(tmp_path):
+    (tmp_path / "cifar-10-batches-py").mkdir()
+    with pytest.raises(DataError, match="missing or corrupt"):
+        load_torchvision(tmp_path, "train", download=False)
+
+
+def test_real_cifar_folder(cifar_dir):
+    dm = CIFAR10DataModule(data_dir=cifar_dir, batch_size=100, val_size=1000, train_subset=2000)
+    dm.setup()
+    assert (len(dm.train_set), len(dm.val_set), len(dm.test_set)) == (2000, 1000, 2000)
+    counts = torch.bincount(dm.test_set.labels, minlength=10)
+    assert counts.tolist() == [200] * 10
+    # real photographs: not constant, roughly CIFAR's channel means
+    means = dm.test_set.images.float().mean(dim=(0, 2, 3)) / 255
+    torch.testing.assert_close(means, torch.tensor([0.4914, 0.4822, 0.4465]), atol=0.03, rtol=0)

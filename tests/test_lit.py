@@ -1,0 +1,92 @@
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from sa_conv.data import CIFAR10DataModule
+from sa_conv.lit import ImageClassifier, lr_factor
+from sa_conv.models import MODELS
+
+SMALL = {
+    "resnet18": {"width": 8},
+    **{
+        name: {"layers": 1, "hidden": 32, "heads": 4, "ffn": 64, "attn_dropout": 0.0}
+        for name in MODELS
+        if name != "resnet18"
+    },
+}
+
+
+def test_warmup_cosine_schedule():
+    total = 1000
+    assert lr_factor(0, total, schedule="warmup-cosine") == pytest.approx(1 / 50)
+    assert lr_factor(24, total, schedule="warmup-cosine") == pytest.approx(0.5)
+    assert lr_factor(49, total, schedule="warmup-cosine") == pytest.approx(1.0)
+    assert lr_factor(50, total, schedule="warmup-cosine") == pytest.approx(1.0)
+    assert lr_factor(525, total, schedule="warmup-cosine") == pytest.approx(0.5)
+    assert lr_factor(999, total, schedule="warmup-cosine") == pytest.approx(0.0, abs=1e-4)
+
+
+def test_multistep_schedule_matches_paper_epochs():
+    steps_per_epoch, total = 500, 300 * 500  # batch 100 on 50k images, 300 epochs
+    factor = [
+        lr_factor(e * steps_per_epoch, total, schedule="multistep") for e in (0, 79, 80, 149, 150, 249, 250)
+    ]
+    assert factor == pytest.approx([1, 1, 0.1, 0.1, 0.01, 0.01, 0.001])
+
+
+def test_centres_and_spreads_are_exempt_from_weight_decay():
+    module = ImageClassifier(model="quadratic", model_config=SMALL["quadratic"])
+    decay, no_decay = module.parameter_groups()
+    assert no_decay["weight_decay"] == 0.0 and decay["weight_decay"] == 1e-4
+    enc = module.backbone.blocks[0].attention.encoding
+    assert {id(p) for p in no_decay["params"]} == {id(enc.centres), id(enc.spread)}
+    n_all = sum(1 for _ in module.backbone.parameters())
+    assert len(decay["params"]) + len(no_decay["params"]) == n_all
+    assert len(ImageClassifier(model="resnet18", model_config={"width": 8}).parameter_groups()) == 1
+
+
+class LossRecorder(pl.Callback):
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.losses.append(float(outputs["loss"]))
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_every_model_trains_and_its_loss_falls(name):
+    pl.seed_everything(0, verbose=False)
+    module = ImageClassifier(model=name, model_config=SMALL[name], lr=0.1)
+    dm = CIFAR10DataModule(source="synthetic", synthetic_size=160, batch_size=32, augment=False)
+    recorder = LossRecorder()
+    trainer = pl.Trainer(
+        max_steps=30,
+        overfit_batches=1,  # the same batch every step
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[recorder],
+    )
+    trainer.fit(module, datamodule=dm)
+    first, last = recorder.losses[0], sum(recorder.losses[-3:]) / 3
+    assert first == pytest.approx(2.3, abs=0.3)  # chance level at init
+    assert last < 0.92 * first, recorder.losses  # 30 SGD steps on one batch
+
+
+def test_nan_loss_stops_with_the_step():
+    module = ImageClassifier(model="quadratic", model_config=SMALL["quadratic"])
+    with torch.no_grad():
+        module.backbone.head.bias.fill_(float("nan"))
+    dm = CIFAR10DataModule(source="synthetic", synthetic_size=64, batch_size=16)
+    trainer = pl.Trainer(
+        max_steps=3,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
+    with pytest.raises(FloatingPointError, match="at step 0"):
+        trainer.fit(module, datamodule=dm)

@@ -11,7 +11,8 @@ Computations (``impl``):
   ``(heads, N, N)`` tensor serves the whole batch.
 - ``"separable"``: positional-only encodings whose logit is a row term plus a column term (quadratic,
   learned relative): the softmax factors into a row and a column softmax, applied as two small
-  contractions, O(N (H + W)) per channel instead of O(N^2).
+  contractions, O(N (H + W)) per channel instead of O(N^2), fused with the projection so that only
+  the input is kept for backward (sa_conv.separable).
 - ``"sdpa"``: content attention through ``F.scaled_dot_product_attention`` with the positional
   logits as a float bias.
 - ``"auto"`` (default): the fastest exact path. Attention dropout on the full matrix neither factors
@@ -29,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sa_conv.encodings import PositionalEncoding
+from sa_conv.separable import separable_attention_projection
 
 __all__ = ["IMPLS", "Impl", "MultiHeadSelfAttention2d"]
 
@@ -131,7 +133,9 @@ class MultiHeadSelfAttention2d(nn.Module):
         probs = None
         if impl == "reference":
             probs = self.probabilities(x)  # (B|1, heads, N, N)
-            dropped = self.attn_dropout(probs.expand(b, -1, -1, -1))  # (B, heads, N, N)
+            dropped = probs
+            if self.training and self.attn_dropout.p > 0:
+                dropped = self.attn_dropout(probs.expand(b, -1, -1, -1))  # (B, heads, N, N)
             heads_out = dropped @ x.reshape(b, 1, h * w, d)  # (B, heads, N, D)
             heads_out = heads_out.transpose(1, 2)  # (B, N, heads, D)
         elif impl == "shared":
@@ -141,8 +145,8 @@ class MultiHeadSelfAttention2d(nn.Module):
         elif impl == "separable":
             row, col = self.encoding.axis_logits(h, w)  # (heads, H, H), (heads, W, W)
             row, col = row.to(x.dtype).softmax(-1), col.to(x.dtype).softmax(-1)
-            t = torch.einsum("hjl,bild->bhijd", col, x)  # (B, heads, H, W, D): columns mixed
-            heads_out = torch.einsum("hik,bhkjd->bijhd", row, t)  # (B, H, W, heads, D)
+            y = separable_attention_projection(x, row, col, self.proj.weight, self.proj.bias)
+            return (y, self.probabilities(x)) if return_attention else y
         else:  # sdpa
             q, k = self._query_key(x)  # (B, heads, N, D)
             bias = None

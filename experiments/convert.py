@@ -50,6 +50,7 @@ def build_parser() -> ArgumentParser:
     check.add_argument("--impl", default="auto", choices=("auto", "reference", "separable"))
     check.add_argument("--seed", type=int, default=0)
     check.add_argument("--sweep-alpha", action="store_true", help="error for alpha = 1..100")
+    check.add_argument("--figure", type=Path, help="save the conversion picture (2D) to this PNG")
     ckpt = parser.add_argument_group("a trained ResNet18")
     ckpt.add_argument("--checkpoint", type=Path, help="a resnet18 checkpoint made by experiments.run")
     ckpt.add_argument("--layer", help="name of a Conv2d in it, e.g. layers.2.conv1")
@@ -127,6 +128,25 @@ def check_checkpoint(args) -> tuple[nn.Module, Tensor]:
     return conv, captured[0]
 
 
+def save_conversion_figure(conv: nn.Module, attention: nn.Module, x: Tensor, path: Path) -> None:
+    """The kernel, the heads' centres on its grid, and their attention at a central query."""
+    from experiments.figures import save_png
+    from sa_conv.conversion import dense_kernel
+    from sa_conv.viz import conversion_figure
+
+    if x.ndim != 4:
+        raise UserError("--figure draws 2D convolutions only")
+    side = 2 * int(attention.centres.abs().max()) + 3  # the receptive field around a central query
+    grid = torch.zeros(1, side, side, conv.in_channels)
+    _, probs = attention.attention(grid, return_attention=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_png(
+        conversion_figure(dense_kernel(conv), attention.centres, probs, side, side, (side // 2, side // 2)),
+        path,
+    )
+    print(f"figure: {path}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     torch.manual_seed(args.seed)
@@ -151,9 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         got = attention(x)
     abs_err, rel_err = errors(got, expected)
     ok = rel_err <= args.tolerance
+    if args.figure is not None:
+        save_conversion_figure(conv, attention, x, args.figure)
     print(f"conv: {conv} ({source})")
     layer = attention.attention
-    print(f"heads used: {layer.heads} (alpha {args.alpha:g}, computation {layer.resolved_impl()})")
+    print(f"heads used: {layer.heads} (alpha {args.alpha:g}, computation {layer.resolved_impl(x.device)})")
     print(f"output: {tuple(got.shape)}")
     print(f"max abs error: {abs_err:.3e}")
     print(f"max rel error: {rel_err:.3e} (tolerance {args.tolerance:g})")

@@ -16,7 +16,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from experiments.cli import ArgumentParser, UserError, hardware, main_guard, write_json_atomic
 from experiments.presets import SCALES, RunConfig, preset
 from sa_conv import __version__
-from sa_conv.callbacks import TrainingThroughput
+from sa_conv.callbacks import AttentionFigures, TrainingThroughput
 from sa_conv.data import CIFAR10DataModule
 from sa_conv.lit import ImageClassifier
 from sa_conv.models import MODELS
@@ -61,6 +61,9 @@ def build_parser() -> ArgumentParser:
     hw.add_argument("--devices", default="1", help="number of devices (or 'auto')")
     hw.add_argument("--strategy", default="auto", help="e.g. ddp")
     hw.add_argument("--precision", help="default: bf16-mixed on GPU, 32-true on CPU")
+    figs = parser.add_argument_group("figures")
+    figs.add_argument("--no-figures", action="store_true", help="do not log attention figures to TensorBoard")
+    figs.add_argument("--figures-every", type=int, default=5, help="log attention figures every N epochs")
     parser.add_argument("--output-dir", type=Path, default=Path("runs"))
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
@@ -173,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         auto_insert_metric_name=False,
     )
     throughput = TrainingThroughput()
+    callbacks = [checkpoint, LearningRateMonitor(logging_interval="step"), throughput]
+    if not args.no_figures and hasattr(module.backbone, "attention_maps"):
+        callbacks.append(AttentionFigures(every_n_epochs=args.figures_every))
     trainer = pl.Trainer(
         max_epochs=config.epochs,
         accelerator=args.accelerator,
@@ -180,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         strategy=args.strategy,
         precision=precision,
         logger=logger,
-        callbacks=[checkpoint, LearningRateMonitor(logging_interval="step"), throughput],
+        callbacks=callbacks,
         limit_train_batches=args.limit_train_batches,
         fast_dev_run=args.fast_dev_run,
         log_every_n_steps=10,

@@ -14,7 +14,7 @@ Computations (``impl``):
   contractions, O(N (H + W)) per channel instead of O(N^2), fused with the projection so that only
   the input is kept for backward (sa_conv.separable).
 - ``"sdpa"``: content attention through ``F.scaled_dot_product_attention`` with the positional
-  logits as a float bias.
+  logits as a float bias (``auto`` takes it on CUDA; on CPU it measured no faster than the reference).
 - ``"auto"`` (default): the fastest exact path. Attention dropout on the full matrix neither factors
   nor shares across the batch, so while it is active (training with ``attn_dropout > 0``) ``auto``
   takes the reference computation; the fast paths are exact, not approximations.
@@ -101,14 +101,14 @@ class MultiHeadSelfAttention2d(nn.Module):
         """Whether the attention probabilities depend on the input (content attention)."""
         return self.content
 
-    def resolved_impl(self) -> str:
-        """The computation the next forward call will use."""
+    def resolved_impl(self, device: torch.device | str = "cpu") -> str:
+        """The computation the next forward call on ``device`` will use."""
         if self._impl != "auto":
             return self._impl
         if self.attn_dropout.p > 0 and self.training:
             return "reference"
-        if self.content:
-            return "sdpa"
+        if self.content:  # fused SDPA kernels with a float bias exist on CUDA; on CPU it is no faster
+            return "sdpa" if torch.device(device).type == "cuda" else "reference"
         return "separable" if hasattr(self.encoding, "axis_logits") else "shared"
 
     def logits(self, x: Tensor) -> Tensor:
@@ -129,7 +129,7 @@ class MultiHeadSelfAttention2d(nn.Module):
     def forward(self, x: Tensor, return_attention: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """``x`` ``(B, H, W, dim)`` -> ``(B, H, W, out_dim)`` [, probabilities ``(B|1, heads, N, N)``]."""
         b, h, w, d = self._check_input(x)
-        impl = self.resolved_impl()
+        impl = self.resolved_impl(x.device)
         probs = None
         if impl == "reference":
             probs = self.probabilities(x)  # (B|1, heads, N, N)

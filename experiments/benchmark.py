@@ -1,0 +1,295 @@
+"""Speed and memory of every fast path as a ratio against the reference, measured in one process.
+
+    python -m experiments.benchmark [--device cpu|cuda] [--scale paper|tiny] [--json FILE]
+
+The baseline of every ratio is the paper's own computation (``impl="reference"``): for positional
+encodings the ``(heads, N, N)`` probabilities materialized once in float32 and contracted with the
+full-width values; for content attention the materialized ``(B, heads, N, N)`` softmax.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils import benchmark as tbench
+
+from experiments.cli import ArgumentParser, hardware, main_guard, write_json_atomic
+from sa_conv.attention import MultiHeadSelfAttention2d
+from sa_conv.data import CIFAR10_MEAN, CIFAR10_STD, random_crop_flip
+from sa_conv.encodings import GaussianEncoding, LearnedRelativeEncoding, QuadraticEncoding
+from sa_conv.models import create_model
+
+BASELINE = (
+    "reference: dense float32 probabilities (heads, N, N) shared by the batch, "
+    "or (B, heads, N, N) with content"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scale:
+    """Sizes of one benchmark scale."""
+
+    batch: int
+    grid: int
+    dim: int
+    heads: int
+    scaling_batch: int
+    scaling_grids: tuple[int, ...]
+    step_batch: int
+    model: dict[str, Any]
+    min_time: float
+
+
+SCALES = {
+    "paper": Scale(
+        batch=32,
+        grid=16,
+        dim=400,
+        heads=9,
+        scaling_batch=8,
+        scaling_grids=(8, 16, 32),
+        step_batch=16,
+        model={},
+        min_time=2.0,
+    ),
+    "tiny": Scale(
+        batch=4,
+        grid=8,
+        dim=32,
+        heads=3,
+        scaling_batch=2,
+        scaling_grids=(4, 8, 16),
+        step_batch=4,
+        model={"layers": 1, "hidden": 32, "heads": 3, "ffn": 32},
+        min_time=0.05,
+    ),
+}
+
+
+def variants(dim: int, heads: int, grid: int) -> dict[str, tuple[MultiHeadSelfAttention2d, str]]:
+    """Each attention variant at one size, with its fast path."""
+    return {
+        "quadratic": (MultiHeadSelfAttention2d(dim, heads, encoding=QuadraticEncoding(heads)), "separable"),
+        "gaussian": (MultiHeadSelfAttention2d(dim, heads, encoding=GaussianEncoding(heads)), "shared"),
+        "learned": (
+            MultiHeadSelfAttention2d(dim, heads, encoding=LearnedRelativeEncoding(heads, dim, max_size=grid)),
+            "separable",
+        ),
+        "learned-content": (
+            MultiHeadSelfAttention2d(
+                dim, heads, encoding=LearnedRelativeEncoding(heads, dim, max_size=grid), content=True
+            ),
+            "sdpa",
+        ),
+    }
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_it(fn: Callable[[], Any], device: torch.device, min_time: float) -> float:
+    """Median seconds of ``fn`` (torch.utils.benchmark, blocked autorange)."""
+    fn()  # warm-up
+    timer = tbench.Timer(stmt="fn(); sync()", globals={"fn": fn, "sync": lambda: synchronize(device)})
+    return timer.blocked_autorange(min_run_time=min_time).median
+
+
+def peak_memory(fn: Callable[[], Any], module: nn.Module, inputs: Any, device: torch.device) -> float:
+    """Peak bytes allocated while ``fn`` runs (CUDA allocator stats; MemTracker on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        return float(torch.cuda.max_memory_allocated() - base)
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    tracker = MemTracker()
+    tracker.track_external(module, inputs)
+    with tracker:
+        fn()
+    return float(tracker.get_tracker_snapshot("peak")[device]["Total"])
+
+
+def forward_backward(layer: nn.Module, x: torch.Tensor, grad: torch.Tensor) -> Callable[[], None]:
+    def run() -> None:
+        layer.zero_grad(set_to_none=True)
+        x.grad = None
+        layer(x).backward(grad)
+
+    return run
+
+
+def bench_variants(scale: Scale, device: torch.device) -> list[dict[str, Any]]:
+    rows = []
+    for name, (layer, fast) in variants(scale.dim, scale.heads, scale.grid).items():
+        layer = layer.to(device).train()
+        x = torch.randn(scale.batch, scale.grid, scale.grid, scale.dim, device=device, requires_grad=True)
+        grad = torch.randn(scale.batch, scale.grid, scale.grid, scale.dim, device=device)
+        row: dict[str, Any] = {"variant": name, "fast_path": fast}
+        for impl in ("reference", fast):
+            layer.impl = impl
+            run = forward_backward(layer, x, grad)
+            row[f"{impl if impl == 'reference' else 'fast'}_s"] = time_it(run, device, scale.min_time)
+            row[f"{impl if impl == 'reference' else 'fast'}_peak_mb"] = (
+                peak_memory(run, layer, x, device) / 2**20
+            )
+        row["speedup"] = row["reference_s"] / row["fast_s"]
+        row["memory_ratio"] = row["fast_peak_mb"] / row["reference_peak_mb"]
+        rows.append(row)
+    return rows
+
+
+def bench_scaling(scale: Scale, device: torch.device) -> dict[str, Any]:
+    rows = []
+    for grid in scale.scaling_grids:
+        layer = MultiHeadSelfAttention2d(scale.dim, scale.heads, encoding=QuadraticEncoding(scale.heads)).to(
+            device
+        )
+        x = torch.randn(scale.scaling_batch, grid, grid, scale.dim, device=device, requires_grad=True)
+        grad = torch.randn_like(x)
+        row: dict[str, Any] = {"grid": grid, "tokens": grid * grid}
+        for impl in ("reference", "separable"):
+            layer.impl = impl
+            row[f"{impl}_s"] = time_it(forward_backward(layer, x, grad), device, scale.min_time)
+        rows.append(row)
+    exponents = {}
+    for impl in ("reference", "separable"):
+        logs = [(math.log(r["tokens"]), math.log(r[f"{impl}_s"])) for r in rows]
+        mx, my = sum(a for a, _ in logs) / len(logs), sum(b for _, b in logs) / len(logs)
+        slope = sum((a - mx) * (b - my) for a, b in logs) / sum((a - mx) ** 2 for a, _ in logs)
+        exponents[impl] = slope
+    return {"rows": rows, "exponent": exponents}
+
+
+def bench_training_step(scale: Scale, device: torch.device) -> dict[str, Any]:
+    """One SGD step of the paper's quadratic model (attention dropout off so the fast path is exact)."""
+    model = create_model("quadratic", **{**scale.model, "attn_dropout": 0.0}).to(device).train()
+    images = torch.randn(scale.step_batch, 3, 32, 32, device=device)
+    labels = torch.randint(0, 10, (scale.step_batch,), device=device)
+    result: dict[str, Any] = {"batch": scale.step_batch}
+    for impl in ("reference", "auto"):
+        m = copy.deepcopy(model)
+        for layer in m.attention_layers():
+            layer.impl = impl
+        opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+
+        def step(m: nn.Module = m, opt: torch.optim.Optimizer = opt) -> None:
+            opt.zero_grad(set_to_none=True)
+            nn.functional.cross_entropy(m(images), labels).backward()
+            opt.step()
+
+        seconds = time_it(step, device, scale.min_time)
+        result[f"{'fast' if impl == 'auto' else impl}_images_per_s"] = scale.step_batch / seconds
+    result["speedup"] = result["fast_images_per_s"] / result["reference_images_per_s"]
+    return result
+
+
+def bench_data(device: torch.device, min_time: float) -> dict[str, Any]:
+    """Augmentation + normalization per batch on the device vs per image with transforms.v2."""
+    from torchvision.transforms import v2
+
+    images = torch.randint(0, 256, (256, 3, 32, 32), dtype=torch.uint8, device=device)
+    per_image = v2.Compose([v2.RandomCrop(32, padding=4), v2.RandomHorizontalFlip()])
+    normalize = v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(CIFAR10_MEAN, CIFAR10_STD)])
+    batched = time_it(lambda: normalize(random_crop_flip(images)), device, min_time)
+    cpu_images = images.cpu()
+    looped = time_it(lambda: normalize(torch.stack([per_image(im) for im in cpu_images])), device, min_time)
+    return {
+        "batch": len(images),
+        "batched_images_per_s": len(images) / batched,
+        "per_image_v2_images_per_s": len(images) / looped,
+        "speedup": looped / batched,
+    }
+
+
+def print_report(report: dict[str, Any]) -> None:
+    print(
+        f"hardware: {report['hardware'].get('gpu') or report['hardware']['cpu']} | device {report['device']}"
+    )
+    print(f"baseline: {BASELINE}")
+    s = report["sizes"]
+    print(
+        f"\nattention sublayer forward+backward (B={s['batch']}, {s['grid']}x{s['grid']}, dim {s['dim']}, "
+        f"{s['heads']} heads, dropout off)"
+    )
+    print(
+        f"{'variant':16} {'fast path':10} {'ref ms':>9} {'fast ms':>9} {'speedup':>8} "
+        f"{'ref MB':>9} {'fast MB':>9} {'mem':>6}"
+    )
+    for r in report["variants"]:
+        print(
+            f"{r['variant']:16} {r['fast_path']:10} {r['reference_s'] * 1e3:9.1f} {r['fast_s'] * 1e3:9.1f} "
+            f"{r['speedup']:7.2f}x {r['reference_peak_mb']:9.1f} {r['fast_peak_mb']:9.1f} "
+            f"{r['memory_ratio']:6.2f}"
+        )
+    sc = report["scaling"]
+    print(f"\nquadratic layer, time vs tokens (B={s['scaling_batch']})")
+    print(f"{'grid':>6} {'tokens':>7} {'ref ms':>10} {'fast ms':>10} {'speedup':>8}")
+    for r in sc["rows"]:
+        print(
+            f"{r['grid']:>6} {r['tokens']:>7} {r['reference_s'] * 1e3:10.1f} {r['separable_s'] * 1e3:10.1f} "
+            f"{r['reference_s'] / r['separable_s']:7.2f}x"
+        )
+    print(
+        f"fitted exponent of time vs tokens: reference {sc['exponent']['reference']:.2f}, "
+        f"fast {sc['exponent']['separable']:.2f}"
+    )
+    t = report["training_step"]
+    print(
+        f"\ntraining step of the quadratic model (batch {t['batch']}, attention dropout off): reference "
+        f"{t['reference_images_per_s']:.1f} images/s, fast {t['fast_images_per_s']:.1f} images/s, "
+        f"{t['speedup']:.2f}x"
+    )
+    d = report["data"]
+    print(
+        f"data path (batch {d['batch']}): per-batch crop/flip/normalize "
+        f"{d['batched_images_per_s']:,.0f} images/s, "
+        f"per-image transforms.v2 {d['per_image_v2_images_per_s']:,.0f} images/s, {d['speedup']:.1f}x"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(prog="python -m experiments.benchmark", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cpu", "cuda")
+    )
+    parser.add_argument("--scale", default="paper", choices=tuple(SCALES))
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device on this machine")
+    device = torch.device(args.device)
+    scale = SCALES[args.scale]
+    torch.manual_seed(0)
+    report = {
+        "device": args.device,
+        "scale": args.scale,
+        "baseline": BASELINE,
+        "sizes": {k: v for k, v in scale.__dict__.items() if k not in ("model", "min_time")},
+        "hardware": hardware(),
+        "variants": bench_variants(scale, device),
+        "scaling": bench_scaling(scale, device),
+        "training_step": bench_training_step(scale, device),
+        "data": bench_data(device, scale.min_time),
+    }
+    print_report(report)
+    if args.json:
+        write_json_atomic(args.json, report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main_guard(main)())

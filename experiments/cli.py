@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 import torch
 
-__all__ = ["ArgumentParser", "UserError", "hardware", "main_guard", "write_json_atomic"]
+__all__ = ["ArgumentParser", "UserError", "hardware", "main_guard", "write_json_atomic", "write_text_atomic"]
 
 
 class UserError(RuntimeError):
@@ -83,18 +83,22 @@ def quiet_libraries() -> None:
     )
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to ``path`` through a temporary file and ``os.replace``: never half-written."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and ``os.replace``: never half-written."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
+            f.write(text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to ``path`` atomically (see ``write_text_atomic``)."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def hardware() -> dict[str, Any]:

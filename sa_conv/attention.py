@@ -68,8 +68,10 @@ class MultiHeadSelfAttention2d(nn.Module):
         self.out_dim = dim if out_dim is None else out_dim
         self.encoding = encoding
         self.content = content
-        if content:
+        self.query_term = bool(getattr(encoding, "query_dependent", False))  # composite q . w[delta]
+        if content or self.query_term:
             self.query = nn.Linear(dim, heads * dim)
+        if content:
             self.key = nn.Linear(dim, heads * dim)
         self.attn_dropout = nn.Dropout(attn_dropout)
         self.proj = nn.Linear(heads * dim, self.out_dim, bias=bias)
@@ -86,20 +88,20 @@ class MultiHeadSelfAttention2d(nn.Module):
     def impl(self, value: Impl) -> None:
         if value not in IMPLS:
             raise ValueError(f"impl must be one of {IMPLS}, got {value!r}")
-        if value in ("shared", "separable") and self.content:
-            raise ValueError(f"impl={value!r} needs a positional-only layer (content=False)")
+        if value in ("shared", "separable") and self.input_dependent:
+            raise ValueError(f"impl={value!r} needs input-independent attention (no content, no query term)")
         if value == "separable" and not hasattr(self.encoding, "axis_logits"):
             raise ValueError(
                 f"impl='separable' needs a separable encoding, got {type(self.encoding).__name__}"
             )
-        if value == "sdpa" and not self.content:
-            raise ValueError("impl='sdpa' needs content attention (content=True)")
+        if value == "sdpa" and not self.input_dependent:
+            raise ValueError("impl='sdpa' needs input-dependent attention (content=True or a query term)")
         self._impl = value
 
     @property
     def input_dependent(self) -> bool:
-        """Whether the attention probabilities depend on the input (content attention)."""
-        return self.content
+        """Whether the attention probabilities depend on the input (content or a query term)."""
+        return self.content or self.query_term
 
     def resolved_impl(self, device: torch.device | str = "cpu") -> str:
         """The computation the next forward call on ``device`` will use."""
@@ -107,20 +109,28 @@ class MultiHeadSelfAttention2d(nn.Module):
             return self._impl
         if self.attn_dropout.p > 0 and self.training:
             return "reference"
-        if self.content:  # fused SDPA kernels with a float bias exist on CUDA; on CPU it is no faster
+        if self.input_dependent:  # fused SDPA kernels with a float bias exist on CUDA; on CPU it is no faster
             return "sdpa" if torch.device(device).type == "cuda" else "reference"
         return "separable" if hasattr(self.encoding, "axis_logits") else "shared"
 
     def logits(self, x: Tensor) -> Tensor:
-        """Attention logits ``(B, heads, N, N)``, or ``(1, heads, N, N)`` without content."""
+        """Attention logits ``(B, heads, N, N)``, or ``(1, heads, N, N)`` when input-independent."""
         _, h, w, _ = self._check_input(x)
-        logits = x.new_zeros(1, self.heads, h * w, h * w)
+        positional = None
         if self.encoding is not None:
-            logits = self.encoding.logits(h, w).unsqueeze(0).to(x.dtype)  # (1, heads, N, N)
+            positional = self.encoding.logits(h, w).unsqueeze(0).to(x.dtype)  # (1, heads, N, N)
+        if not self.input_dependent:
+            return positional
+        # each (B, heads, N, N) term costs a pass over memory: build one tensor and add in place
+        q = self._project(self.query, x)  # (B, heads, N, D)
+        logits = None
         if self.content:
-            q, k = self._query_key(x)  # (B, heads, N, D) each
-            logits = logits + q @ k.transpose(-1, -2) / math.sqrt(self.dim)  # (B, heads, N, N)
-        return logits
+            k = self._project(self.key, x)  # (B, heads, N, D)
+            logits = (q / math.sqrt(self.dim)) @ k.transpose(-1, -2)  # (B, heads, N, N)
+        if self.query_term:
+            term = self.encoding.query_logits(q, h, w)  # (B, heads, N, N)
+            logits = term if logits is None else logits.add_(term)
+        return logits if positional is None else logits.add_(positional)
 
     def probabilities(self, x: Tensor) -> Tensor:
         """Attention probabilities before dropout: ``(B, heads, N, N)`` or ``(1, heads, N, N)``."""
@@ -148,12 +158,18 @@ class MultiHeadSelfAttention2d(nn.Module):
             y = separable_attention_projection(x, row, col, self.proj.weight, self.proj.bias)
             return (y, self.probabilities(x)) if return_attention else y
         else:  # sdpa
-            q, k = self._query_key(x)  # (B, heads, N, D)
+            q = self._project(self.query, x)  # (B, heads, N, D)
             bias = None
             if self.encoding is not None:
                 bias = self.encoding.logits(h, w).to(q.dtype)  # (heads, N, N)
+            if self.query_term:
+                bias = bias + self.encoding.query_logits(q, h, w)  # (B, heads, N, N)
             v = x.reshape(b, 1, h * w, d).expand(b, self.heads, h * w, d)  # (B, heads, N, D)
-            heads_out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+            if self.content:
+                k = self._project(self.key, x)  # (B, heads, N, D)
+                heads_out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+            else:  # no content logit: the bias alone
+                heads_out = bias.to(v.dtype).softmax(-1) @ v
             heads_out = heads_out.transpose(1, 2)  # (B, N, heads, D)
         y = self.proj(heads_out.reshape(b, h, w, self.heads * d))  # (B, H, W, out_dim)
         if not return_attention:
@@ -172,15 +188,14 @@ class MultiHeadSelfAttention2d(nn.Module):
         b, h, w, d = x.shape
         return b, h, w, d
 
-    def _query_key(self, x: Tensor) -> tuple[Tensor, Tensor]:
+    def _project(self, linear: nn.Linear, x: Tensor) -> Tensor:
+        """Per-head query or key projection: ``(B, H, W, D)`` -> ``(B, heads, N, D)``."""
         b, h, w, d = x.shape
-        q = self.query(x).reshape(b, h * w, self.heads, d).transpose(1, 2)  # (B, heads, N, D)
-        k = self.key(x).reshape(b, h * w, self.heads, d).transpose(1, 2)  # (B, heads, N, D)
-        return q, k
+        return linear(x).reshape(b, h * w, self.heads, d).transpose(1, 2)
 
     def extra_repr(self) -> str:
         enc = type(self.encoding).__name__ if self.encoding is not None else None
         return (
             f"dim={self.dim}, heads={self.heads}, out_dim={self.out_dim}, encoding={enc}, "
-            f"content={self.content}, impl={self._impl}"
+            f"content={self.content}, query_term={self.query_term}, impl={self._impl}"
         )

@@ -57,7 +57,7 @@ class TrainingThroughput(pl.Callback):
 def attention_centres(model: nn.Module) -> Tensor | None:
     """Centres ``(layers, heads, 2)`` of a quadratic/Gaussian SA model, else None."""
     layers = getattr(model, "attention_layers", lambda: [])()
-    encodings = [layer.encoding for layer in layers]
+    encodings = [getattr(layer, "encoding", None) for layer in layers]
     if not encodings or not all(isinstance(e, QuadraticEncoding | GaussianEncoding) for e in encodings):
         return None
     return torch.stack([e.centres.detach().float().cpu() for e in encodings])
@@ -66,7 +66,7 @@ def attention_centres(model: nn.Module) -> Tensor | None:
 def inverse_covariances(model: nn.Module) -> Tensor | None:
     """Inverse covariances ``(layers, heads, 2, 2)`` of a generalized Gaussian SA model, else None."""
     layers = getattr(model, "attention_layers", lambda: [])()
-    encodings = [layer.encoding for layer in layers]
+    encodings = [getattr(layer, "encoding", None) for layer in layers]
     if not encodings or not all(isinstance(e, GaussianEncoding) for e in encodings):
         return None
     return torch.stack([e.inverse_covariance.detach().float().cpu() for e in encodings])

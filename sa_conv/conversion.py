@@ -1,4 +1,5 @@
-"""Theorem 1 in code: any Conv1d/Conv2d as one multi-head self-attention layer with quadratic encoding.
+"""Convolution <-> attention. Theorem 1: any Conv1d/Conv2d as one MHSA layer with quadratic encoding;
+and the converse reading of Chang et al.: windowed relative attention as lightweight/dynamic conv.
 
 One head per kernel tap: head h = (ky, kx) attends (alpha large) to the pixel at shift
 ``Delta_h = (ky * dy - cy, kx * dx - cx)`` from its query, its block of the output projection is the
@@ -10,14 +11,17 @@ query pixels ``o * stride + (cy, cx)`` (crop and subsample). Groups: block-diago
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sa_conv.attention import Impl, MultiHeadSelfAttention2d
-from sa_conv.encodings import QuadraticEncoding
+from sa_conv.encodings import CompositeRelativeEncoding, QuadraticEncoding
+from sa_conv.lightconv import DynamicConv2d, LightweightConv2d
 
-__all__ = ["ConvAsAttention", "conv_to_attention", "dense_kernel"]
+__all__ = ["ConvAsAttention", "HeadsAsConv", "conv_to_attention", "dense_kernel", "local_attention_as_conv"]
 
 
 def dense_kernel(conv: nn.Conv1d | nn.Conv2d) -> Tensor:
@@ -134,3 +138,51 @@ def conv_to_attention(
         offset=(cy, cx),
         reach=(reach_y, reach_x),
     )
+
+
+class HeadsAsConv(nn.Module):
+    """A local attention layer's convolution twin: tile the input once per head (full-width heads),
+    convolve (one kernel per head), then the attention layer's own output projection."""
+
+    def __init__(self, conv: LightweightConv2d | DynamicConv2d, proj: nn.Linear, heads: int) -> None:
+        super().__init__()
+        self.conv, self.proj, self.heads = conv, proj, heads
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``(B, H, W, D)`` -> ``(B, H, W, out)``, like the attention layer."""
+        chw = x.permute(0, 3, 1, 2)  # (B, D, H, W)
+        tiled = chw.repeat(1, self.heads, 1, 1)  # (B, heads * D, H, W): head h reads all D channels
+        # a dynamic conv predicts each pixel's kernels from the pixel's own (untiled) features
+        y = self.conv(tiled, context=chw) if isinstance(self.conv, DynamicConv2d) else self.conv(tiled)
+        return self.proj(y.permute(0, 2, 3, 1))  # (B, H, W, out)
+
+
+def local_attention_as_conv(layer: MultiHeadSelfAttention2d, *, renormalize: bool = True) -> HeadsAsConv:
+    """The convolution that a windowed composite attention layer computes (Chang et al.).
+
+    Bias term only (no content): ``LightweightConv2d`` with kernel ``softmax(b_h)``. Query term only:
+    ``DynamicConv2d`` whose kernel predictor is ``q_h(x) . w[t] / sqrt(D)`` (linear in ``x``). Exact
+    everywhere with ``renormalize=True``; without it, only where the window lies inside the image.
+    """
+    enc = layer.encoding
+    if not isinstance(enc, CompositeRelativeEncoding) or not enc.mask:
+        raise ValueError("local_attention_as_conv needs a CompositeRelativeEncoding with mask=True")
+    if layer.content or (enc.bias is None) == (enc.rel is None):
+        raise ValueError("local_attention_as_conv needs exactly one relative term and no content attention")
+    heads, d, k = layer.heads, layer.dim, 2 * enc.window + 1
+    if enc.bias is not None:
+        conv = LightweightConv2d(heads * d, heads, k, renormalize=renormalize)
+        with torch.no_grad():
+            conv.weight.copy_(enc.bias)
+    else:
+        conv = DynamicConv2d(heads * d, heads, k, in_features=d, renormalize=renormalize)
+        wq = layer.query.weight.view(heads, d, d)  # (heads, D_q, D_in)
+        bq = layer.query.bias.view(heads, d)  # (heads, D_q)
+        rel = enc.rel.flatten(0, 1)  # (T, D_q), taps row-major like unfold
+        with torch.no_grad():
+            # predictor[h, t] = w_t^T W_q_h / sqrt(D), bias w_t . b_q_h / sqrt(D)
+            conv.predictor.weight.copy_(
+                torch.einsum("tq,hqi->hti", rel, wq).reshape(heads * k * k, d) / math.sqrt(d)
+            )
+            conv.predictor.bias.copy_((bq @ rel.T).reshape(heads * k * k) / math.sqrt(d))
+    return HeadsAsConv(conv, layer.proj, heads).to(layer.proj.weight.device)

@@ -7,10 +7,14 @@ in row-major order, entry ``[h, q, k]`` the logit of head h for query q and key 
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = [
+    "CompositeRelativeEncoding",
     "GaussianEncoding",
     "LearnedRelativeEncoding",
     "PositionalEncoding",
@@ -179,3 +183,69 @@ class LearnedRelativeEncoding(PositionalEncoding):
         dy = _axis_shifts(height, self.row.device) + m  # (H, H) table index
         dx = _axis_shifts(width, self.col.device) + m  # (W, W)
         return row_scores[:, dy], col_scores[:, dx]
+
+
+class CompositeRelativeEncoding(PositionalEncoding):
+    """Composite attention's relative terms (Chang et al., ACL 2021), in 2D.
+
+    ``logit = b_h[clip(delta)] + q_h . w[clip(delta)] / sqrt(dim)``: a fixed relative bias table per
+    head (a lightweight convolution) and a query-dependent term (a dynamic convolution), with the shift
+    clipped to the window ``[-window, window]^2`` (``mask=False``: shifts beyond it take the edge entry)
+    or masked there (``mask=True``: keys outside the window get logit -inf, a K x K local attention).
+    ``logits`` is the input-independent bias term; ``query_logits`` the query-dependent one.
+    """
+
+    def __init__(
+        self,
+        heads: int,
+        dim: int,
+        *,
+        window: int = 7,
+        mask: bool = False,
+        query_term: bool = True,
+        bias_term: bool = True,
+        init_std: float = 0.02,
+    ) -> None:
+        super().__init__()
+        _check_heads(heads)
+        if window < 0:
+            raise ValueError(f"window must be >= 0, got {window}")
+        if not (query_term or bias_term):
+            raise ValueError("a composite encoding needs the query term, the bias term or both")
+        self.heads, self.dim, self.window, self.mask = heads, dim, window, mask
+        size = 2 * window + 1
+        self.bias = nn.Parameter(torch.randn(heads, size, size) * init_std) if bias_term else None
+        self.rel = nn.Parameter(torch.randn(size, size, dim) * init_std) if query_term else None
+
+    @property
+    def query_dependent(self) -> bool:
+        """Whether there is a query-dependent term (the layer must project queries)."""
+        return self.rel is not None
+
+    def _table_index(self, height: int, width: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        """Row-major table index ``(N, N)`` of every clipped shift, and the in-window mask ``(N, N)``."""
+        delta = relative_shifts(height, width, device)  # (N, N, 2)
+        inside = (delta.abs() <= self.window).all(-1)
+        clipped = delta.clamp(-self.window, self.window) + self.window
+        return clipped[..., 0] * (2 * self.window + 1) + clipped[..., 1], inside
+
+    def logits(self, height: int, width: int) -> Tensor:
+        device = (self.bias if self.bias is not None else self.rel).device
+        index, inside = self._table_index(height, width, device)
+        n = height * width
+        out = torch.zeros(
+            self.heads, n, n, device=device, dtype=(self.bias if self.bias is not None else self.rel).dtype
+        )
+        if self.bias is not None:
+            out = out + self.bias.flatten(1)[:, index]  # (heads, N, N)
+        if self.mask:
+            out = out.masked_fill(~inside, float("-inf"))
+        return out
+
+    def query_logits(self, q: Tensor, height: int, width: int) -> Tensor:
+        """``q_h . w[clip(delta)] / sqrt(dim)`` for queries ``q (B, heads, N, dim)``: ``(B, heads, N, N)``."""
+        if self.rel is None:
+            raise ValueError("this composite encoding has no query-dependent term")
+        index, _ = self._table_index(height, width, q.device)
+        table = F.embedding(index, self.rel.flatten(0, 1)).to(q.dtype)  # (N, N, D): w[clip(k - q)]
+        return torch.einsum("bhqd,qkd->bhqk", q / math.sqrt(self.dim), table)  # (B, heads, N, N)

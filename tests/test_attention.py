@@ -4,7 +4,12 @@ import pytest
 import torch
 
 from sa_conv.attention import MultiHeadSelfAttention2d
-from sa_conv.encodings import GaussianEncoding, LearnedRelativeEncoding, QuadraticEncoding
+from sa_conv.encodings import (
+    CompositeRelativeEncoding,
+    GaussianEncoding,
+    LearnedRelativeEncoding,
+    QuadraticEncoding,
+)
 
 
 def make(kind: str, dim: int = 8, heads: int = 3, **kw) -> MultiHeadSelfAttention2d:
@@ -14,8 +19,12 @@ def make(kind: str, dim: int = 8, heads: int = 3, **kw) -> MultiHeadSelfAttentio
         "learned": lambda: LearnedRelativeEncoding(heads, dim, max_size=8),
         "content": lambda: LearnedRelativeEncoding(heads, dim, max_size=8),
         "content-only": lambda: None,
+        "composite": lambda: CompositeRelativeEncoding(heads, dim, window=2),
+        "composite-masked": lambda: CompositeRelativeEncoding(
+            heads, dim, window=1, mask=True, query_term=False
+        ),
     }[kind]()
-    content = kind.startswith("content")
+    content = kind.startswith("content") or kind == "composite"
     return MultiHeadSelfAttention2d(dim, heads, encoding=enc, content=content, **kw)
 
 
@@ -35,12 +44,16 @@ def literal(layer: MultiHeadSelfAttention2d, x: torch.Tensor) -> torch.Tensor:
             bk = layer.key.bias[head * d : (head + 1) * d]
             q, k = xs @ wq.T + bq, xs @ wk.T + bk
             logit = logit + q @ k.transpose(1, 2) / d**0.5
+        if getattr(layer.encoding, "query_dependent", False):
+            wq = layer.query.weight[head * d : (head + 1) * d]
+            q = (xs @ wq.T + layer.query.bias[head * d : (head + 1) * d])[:, None]  # (B, 1, N, D)
+            logit = logit + layer.encoding.query_logits(q, h, w)[:, 0]
         outs.append(torch.softmax(logit, -1) @ xs)  # (B, N, D)
     cat = torch.cat(outs, dim=-1)  # (B, N, heads * D)
     return (cat @ layer.proj.weight.T + layer.proj.bias).reshape(b, h, w, -1)
 
 
-@pytest.mark.parametrize("kind", ["quadratic", "gaussian", "learned", "content", "content-only"])
+@pytest.mark.parametrize("kind", ["quadratic", "gaussian", "learned", "content", "content-only", "composite"])
 def test_reference_equals_literal_formula(kind):
     layer = make(kind, impl="reference").eval()
     x = torch.randn(2, 4, 5, 8)
@@ -55,6 +68,8 @@ FAST = [
     ("learned", "separable"),
     ("content", "sdpa"),
     ("content-only", "sdpa"),
+    ("composite", "sdpa"),
+    ("composite-masked", "shared"),
 ]
 
 

@@ -36,7 +36,7 @@ def test_paper_architecture_details():
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_forward_shapes_and_attention_maps(name):
-    overrides = {} if name == "resnet18" else {"layers": 2, "hidden": 16, "heads": 3, "ffn": 32}
+    overrides = {} if name == "resnet18" else {"layers": 2, "hidden": 16, "heads": 4, "ffn": 32}
     model = create_model(name, **overrides).eval()
     images = torch.randn(2, 3, 32, 32)
     assert model(images).shape == (2, 10)
@@ -44,8 +44,9 @@ def test_forward_shapes_and_attention_maps(name):
         maps = model.attention_maps(images)
         assert len(maps) == 2
         b = 2 if model.config.content else 1
-        assert all(m.shape == (b, 3, 256, 256) for m in maps)
-        torch.testing.assert_close(maps[0].sum(-1), torch.ones(b, 3, 256))
+        heads = 2 if model.config.attention == "mixed" else 4  # mixed: half the heads are convolutions
+        assert all(m.shape == (b, heads, 256, 256) for m in maps)
+        torch.testing.assert_close(maps[0].sum(-1), torch.ones(b, heads, 256))
 
 
 def test_pixel_concatenation_is_invertible_pooling():
@@ -86,7 +87,7 @@ def test_bad_image_shape():
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_every_parameter_gets_a_gradient(name):
-    overrides = {"width": 8} if name == "resnet18" else {"layers": 2, "hidden": 16, "heads": 3, "ffn": 32}
+    overrides = {"width": 8} if name == "resnet18" else {"layers": 2, "hidden": 16, "heads": 4, "ffn": 32}
     model = create_model(name, **overrides)
     model(torch.randn(2, 3, 32, 32)).logsumexp(-1).sum().backward()
     for pname, p in model.named_parameters():

@@ -28,6 +28,13 @@ MODELS: dict[str, tuple[type, dict[str, Any], Callable[[Any], nn.Module]]] = {
     "gaussian": (SAConfig, {"encoding": "gaussian"}, SAClassifier),
     "learned": (SAConfig, {"encoding": "learned"}, SAClassifier),
     "learned-content": (SAConfig, {"encoding": "learned", "content": True}, SAClassifier),
+    # related systems on the same bench
+    "composite": (SAConfig, {"encoding": "composite", "content": True}, SAClassifier),
+    "mixed": (
+        SAConfig,
+        {"encoding": "none", "content": True, "attention": "mixed", "heads": 8},
+        SAClassifier,
+    ),
 }
 
 

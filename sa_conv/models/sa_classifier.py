@@ -11,15 +11,18 @@ from torch import Tensor, nn
 
 from sa_conv.attention import Impl, MultiHeadSelfAttention2d
 from sa_conv.encodings import (
+    CompositeRelativeEncoding,
     GaussianEncoding,
     LearnedRelativeEncoding,
     PositionalEncoding,
     QuadraticEncoding,
 )
+from sa_conv.mixed import MixedAttention2d
 
 __all__ = ["SABlock", "SAClassifier", "SAConfig"]
 
-EncodingName = Literal["quadratic", "gaussian", "learned", "none"]
+EncodingName = Literal["quadratic", "gaussian", "learned", "composite", "none"]
+AttentionName = Literal["mhsa", "mixed"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,6 +31,11 @@ class SAConfig:
 
     encoding: EncodingName = "quadratic"
     content: bool = False
+    attention: AttentionName = "mhsa"  # "mixed": ConvBERT's attention + span-based conv heads
+    window: int = 7  # composite: relative shifts clipped (or masked) to [-window, window]^2
+    window_mask: bool = False  # composite: mask shifts beyond the window instead of clipping
+    head_ratio: int = 2  # mixed: heads / head_ratio attention heads and as many conv heads
+    conv_kernel: int = 3  # mixed: K of the K x K span-based dynamic convolution
     layers: int = 6
     heads: int = 9
     hidden: int = 400
@@ -47,10 +55,19 @@ class SAConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.encoding not in ("quadratic", "gaussian", "learned", "none"):
-            raise ValueError(f"encoding must be quadratic, gaussian, learned or none, got {self.encoding!r}")
+        if self.encoding not in ("quadratic", "gaussian", "learned", "composite", "none"):
+            raise ValueError(
+                f"encoding must be quadratic, gaussian, learned, composite or none, got {self.encoding!r}"
+            )
+        if self.attention not in ("mhsa", "mixed"):
+            raise ValueError(f"attention must be mhsa or mixed, got {self.attention!r}")
         if self.encoding == "none" and not self.content:
             raise ValueError("encoding='none' needs content=True")
+        if self.attention == "mixed" and (self.heads % self.head_ratio or self.hidden % self.heads):
+            raise ValueError(
+                f"mixed attention needs heads divisible by head_ratio={self.head_ratio} and hidden by heads, "
+                f"got heads={self.heads}, hidden={self.hidden}"
+            )
         if self.image_size % self.pool:
             raise ValueError(f"image_size={self.image_size} is not divisible by pool={self.pool}")
 
@@ -72,6 +89,10 @@ def make_encoding(config: SAConfig) -> PositionalEncoding | None:
         return GaussianEncoding(config.heads)
     if config.encoding == "learned":
         return LearnedRelativeEncoding(config.heads, config.hidden, max_size=config.grid)
+    if config.encoding == "composite":
+        return CompositeRelativeEncoding(
+            config.heads, config.hidden, window=config.window, mask=config.window_mask
+        )
     return None
 
 
@@ -81,15 +102,25 @@ class SABlock(nn.Module):
     def __init__(self, config: SAConfig) -> None:
         super().__init__()
         d = config.hidden
-        self.attention = MultiHeadSelfAttention2d(
-            d,
-            config.heads,
-            encoding=make_encoding(config),
-            content=config.content,
-            attn_dropout=config.attn_dropout,
-            impl=config.impl,
-        )
-        self.attn_dense = nn.Linear(d, d)  # BertSelfOutput.dense
+        self.attention: MultiHeadSelfAttention2d | MixedAttention2d
+        if config.attention == "mixed":
+            self.attention = MixedAttention2d(
+                d,
+                config.heads,
+                head_ratio=config.head_ratio,
+                kernel_size=config.conv_kernel,
+                attn_dropout=config.attn_dropout,
+            )
+        else:
+            self.attention = MultiHeadSelfAttention2d(
+                d,
+                config.heads,
+                encoding=make_encoding(config),
+                content=config.content,
+                attn_dropout=config.attn_dropout,
+                impl=config.impl,
+            )
+        self.attn_dense = nn.Linear(self.attention.out_dim, d)  # BertSelfOutput.dense
         self.attn_norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
         self.fc1 = nn.Linear(d, config.ffn)
         self.fc2 = nn.Linear(config.ffn, d)
@@ -147,6 +178,6 @@ class SAClassifier(nn.Module):
             maps.append(probs)
         return maps
 
-    def attention_layers(self) -> list[MultiHeadSelfAttention2d]:
+    def attention_layers(self) -> list[MultiHeadSelfAttention2d | MixedAttention2d]:
         """The attention layer of every block, in order."""
         return [block.attention for block in self.blocks]

@@ -115,7 +115,8 @@ def markdown(rows: list[dict[str, Any]], args: Any, config: Any) -> str:
         paper_text = f"{paper[0]}% ({paper[1]}M)" if paper else "-"
         lines.append(
             f"| {r['name']} | {r['params'] / 1e6:.3f}M | {r['flops_per_image'] / 1e9:.3f} | "
-            f"{r['train_time_s']:.0f} | {r['train_images_per_s']:.0f} | {100 * r['test_acc']:.1f}% | {paper_text} |"
+            f"{r['train_time_s']:.0f} | {r['train_images_per_s']:.0f} | {100 * r['test_acc']:.1f}% | "
+            f"{paper_text} |"
         )
     lines += [
         "",

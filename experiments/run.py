@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from experiments.cli import ArgumentParser, UserError, hardware, main_guard, wri
 from experiments.presets import SCALES, RunConfig, preset
 from sa_conv import __version__
 from sa_conv.callbacks import AttentionFigures, TrainingThroughput
+from sa_conv.checkpointing import AtomicCheckpointIO, ResumableRNG, readable_checkpoint
 from sa_conv.data import CIFAR10DataModule
 from sa_conv.lit import ImageClassifier
 from sa_conv.models import MODELS
@@ -48,6 +50,7 @@ def build_parser() -> ArgumentParser:
     )
     train.add_argument("--fast-dev-run", action="store_true", help="Lightning: one batch of each stage")
     train.add_argument("--resume", nargs="?", const="latest", help="resume from PATH, or the latest run")
+    train.add_argument("--checkpoint-every", type=int, help="also save last.ckpt every N training steps")
     data = parser.add_argument_group("data")
     data.add_argument(
         "--data-dir",
@@ -103,24 +106,50 @@ def flops_per_image(model: torch.nn.Module) -> int:
 
 
 def find_resume(spec: str | None, output_dir: Path, model: str) -> tuple[Path | None, int | None]:
-    """The checkpoint to resume and the logger version it belongs to."""
+    """The checkpoint to resume and the logger version it belongs to.
+
+    ``latest``: the newest readable checkpoint of the newest run of ``model`` (an unreadable one, e.g.
+    cut short by a kill, is skipped with a warning).
+    """
     if spec is None:
         return None, None
     if spec == "latest":
-        candidates = sorted(
-            (output_dir / model).glob("version_*/checkpoints/last.ckpt"),
-            key=lambda p: int(p.parent.parent.name.split("_")[1]),
-        )
-        if not candidates:
-            raise UserError(f"--resume: no run of {model} with a last.ckpt under {output_dir / model}")
-        path = candidates[-1]
+        runs = sorted((output_dir / model).glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
+        runs = [r for r in runs if list((r / "checkpoints").glob("*.ckpt"))]
+        if not runs:
+            raise UserError(f"--resume: no run of {model} with a checkpoint under {output_dir / model}")
+        path = None
+        for candidate in sorted(
+            (runs[-1] / "checkpoints").glob("*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True
+        ):
+            if readable_checkpoint(candidate):
+                path = candidate
+                break
+            print(f"warning: skipping unreadable checkpoint {candidate}", file=sys.stderr)
+        if path is None:
+            raise UserError(f"--resume: no readable checkpoint in {runs[-1] / 'checkpoints'}")
     else:
         path = Path(spec)
         if not path.is_file():
             raise UserError(f"--resume: checkpoint {path} does not exist")
+        if not readable_checkpoint(path):
+            raise UserError(f"--resume: {path} is not a readable checkpoint")
     version_dir = path.parent.parent
     version = int(version_dir.name.split("_")[1]) if version_dir.name.startswith("version_") else None
     return path, version
+
+
+def check_devices(accelerator: str, devices: int | str) -> None:
+    """More devices than the machine has: one clear error instead of a hang or a process storm."""
+    if not isinstance(devices, int):
+        return
+    if devices <= 0:
+        raise UserError(f"--devices must be positive, got {devices}")
+    gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    available = torch.cuda.device_count() if gpu else (os.cpu_count() or 1)
+    if devices > available:
+        kind = "GPUs" if gpu else "CPU cores"
+        raise UserError(f"--devices {devices}: this machine has {available} {kind}")
 
 
 def make_datamodule(args: Any, config: RunConfig) -> CIFAR10DataModule:
@@ -162,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         "bf16-mixed" if torch.cuda.is_available() and args.accelerator != "cpu" else "32-true"
     )
     devices: int | str = int(args.devices) if args.devices.isdigit() else args.devices
+    check_devices(args.accelerator, devices)
 
     logger = TensorBoardLogger(
         save_dir=str(args.output_dir), name=config.model, version=version, default_hp_metric=False
@@ -175,8 +205,18 @@ def main(argv: list[str] | None = None) -> int:
         save_last=True,
         auto_insert_metric_name=False,
     )
+    callbacks: list[pl.Callback] = [checkpoint]
+    if args.checkpoint_every:  # mid-epoch snapshots for resuming (last.ckpt only)
+        callbacks.append(
+            ModelCheckpoint(
+                dirpath=checkpoint.dirpath,
+                filename="step",
+                every_n_train_steps=args.checkpoint_every,
+                save_last=True,
+            )
+        )
     throughput = TrainingThroughput()
-    callbacks = [checkpoint, LearningRateMonitor(logging_interval="step"), throughput]
+    callbacks += [LearningRateMonitor(logging_interval="step"), throughput, ResumableRNG()]
     if not args.no_figures and hasattr(module.backbone, "attention_maps"):
         callbacks.append(AttentionFigures(every_n_epochs=args.figures_every))
     trainer = pl.Trainer(
@@ -190,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         limit_train_batches=args.limit_train_batches,
         fast_dev_run=args.fast_dev_run,
         log_every_n_steps=10,
-        deterministic=False,
+        use_distributed_sampler=False,  # the data module shards every split across ranks itself
+        plugins=[AtomicCheckpointIO()],
     )
     if trainer.is_global_zero:
         print(
@@ -200,10 +241,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"parameters: {n_params:,} | forward FLOPs per image: {flops / 1e9:.3f} GFLOP")
 
     start = time.perf_counter()
-    trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume) if resume else None)
+    # weights_only=False: our checkpoints carry RNG and data-loader states (our own files, trusted)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume) if resume else None, weights_only=False)
     wall = time.perf_counter() - start
     best = checkpoint.best_model_path if checkpoint.best_model_path and not args.fast_dev_run else None
-    test_results = trainer.test(module, datamodule=datamodule, ckpt_path=best, verbose=False)
+    test_results = trainer.test(
+        module, datamodule=datamodule, ckpt_path=best, verbose=False, weights_only=False
+    )
     test_acc = float(test_results[0]["test/acc"]) if test_results else float("nan")
     best_val = float(checkpoint.best_model_score) if checkpoint.best_model_score is not None else float("nan")
 

@@ -14,15 +14,16 @@ normalization is ``transforms.v2``.
 
 from __future__ import annotations
 
+import math
 import urllib.error
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pytorch_lightning as pl
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 from torchvision.transforms import v2
 
 __all__ = [
@@ -67,10 +68,11 @@ def random_crop_flip(images: Tensor, *, padding: int = 4, generator: torch.Gener
     """
     b, _, h, w = images.shape
     device = images.device
+    draw = generator.device if generator is not None else device  # random numbers where the generator lives
     padded = torch.nn.functional.pad(images, (padding,) * 4)  # (B, C, H + 2p, W + 2p)
-    oy = torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=device)
-    ox = torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=device)
-    flip = torch.rand(b, generator=generator, device=device) < 0.5
+    oy = torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=draw).to(device)
+    ox = torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=draw).to(device)
+    flip = (torch.rand(b, generator=generator, device=draw) < 0.5).to(device)
     rows = oy[:, None] + torch.arange(h, device=device)  # (B, H)
     cols = ox[:, None] + torch.arange(w, device=device)  # (B, W)
     cols = torch.where(flip[:, None], cols.flip(-1), cols)  # mirrored column order
@@ -94,6 +96,60 @@ class TensorImages(Dataset):
     def __getitems__(self, indices: Sequence[int]) -> tuple[Tensor, Tensor]:
         idx = torch.as_tensor(indices)
         return self.images[idx], self.labels[idx]
+
+
+class ResumableBatchSampler(Sampler[list[int]]):
+    """Batches of indices: a permutation drawn from (seed, epoch), this rank's share of it, resumable.
+
+    ``consumed`` counts the batches that training actually used (the data module advances it when a
+    batch reaches the device, not when the loader prefetches it), so a checkpoint taken mid-epoch
+    resumes exactly at the next unseen batch. Each rank of a distributed run takes every
+    ``world_size``-th index: no padding, no duplicates.
+    """
+
+    def __init__(
+        self, n: int, batch_size: int, *, shuffle: bool, seed: int = 0, rank: int = 0, world_size: int = 1
+    ) -> None:
+        self.n, self.batch_size, self.shuffle, self.seed = n, batch_size, shuffle, seed
+        self.rank, self.world_size = rank, world_size
+        self.epoch, self.consumed = 0, 0
+        self.sampler = self  # Lightning calls ``loader.batch_sampler.sampler.set_epoch`` each epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Called by Lightning at each epoch start; a new epoch starts from its first batch."""
+        if epoch != self.epoch:
+            self.epoch, self.consumed = epoch, 0
+
+    def _batches(self) -> list[Tensor]:
+        if self.shuffle:
+            order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch))
+        else:
+            order = torch.arange(self.n)
+        return list(order[self.rank :: self.world_size].split(self.batch_size))
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if self.consumed >= len(self):  # the last epoch ran to its end: this is the next one
+            self.epoch, self.consumed = self.epoch + 1, 0
+        return iter([batch.tolist() for batch in self._batches()[self.consumed :]])
+
+    def __len__(self) -> int:
+        return math.ceil(len(range(self.rank, self.n, self.world_size)) / self.batch_size)
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "consumed": self.consumed}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.consumed = state["epoch"], state["consumed"]
+
+
+class ResumableDataLoader(DataLoader):
+    """A DataLoader whose position Lightning saves in checkpoints (``state_dict``/``load_state_dict``)."""
+
+    def state_dict(self) -> dict[str, int]:
+        return self.batch_sampler.state_dict()
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.batch_sampler.load_state_dict(state)
 
 
 def _whole_batch(batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
@@ -196,6 +252,7 @@ class CIFAR10DataModule(pl.LightningDataModule):
         self.normalize = v2.Compose(
             [v2.ToDtype(torch.float32, scale=True), v2.Normalize(CIFAR10_MEAN, CIFAR10_STD)]
         )
+        self._augment_rng = torch.Generator().manual_seed(seed + 1)  # crops and flips, resumable
         self.train_set: TensorImages | None = None
         self.val_set: TensorImages | None = None
         self.test_set: TensorImages | None = None
@@ -240,15 +297,19 @@ class CIFAR10DataModule(pl.LightningDataModule):
             test_images, test_labels = test_images[: self.test_subset], test_labels[: self.test_subset]
         self.test_set = TensorImages(test_images, test_labels)
 
-    def _loader(self, dataset: TensorImages | None, *, train: bool) -> DataLoader:
+    def _loader(self, dataset: TensorImages | None, *, train: bool) -> ResumableDataLoader:
         assert dataset is not None, "call setup() first"
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size if train else self.eval_batch_size,
+        trainer = self.trainer
+        sampler = ResumableBatchSampler(
+            len(dataset),
+            self.batch_size if train else self.eval_batch_size,
             shuffle=train,
-            drop_last=False,
-            num_workers=self.num_workers,
-            collate_fn=_whole_batch,
+            seed=self.seed,
+            rank=trainer.global_rank if trainer is not None else 0,
+            world_size=trainer.world_size if trainer is not None else 1,
+        )
+        return ResumableDataLoader(
+            dataset, batch_sampler=sampler, num_workers=self.num_workers, collate_fn=_whole_batch
         )
 
     def train_dataloader(self) -> DataLoader:
@@ -264,6 +325,17 @@ class CIFAR10DataModule(pl.LightningDataModule):
         self, batch: tuple[Tensor, Tensor], dataloader_idx: int
     ) -> tuple[Tensor, Tensor]:
         images, labels = batch  # uint8 (B, 3, 32, 32) on the training device
-        if self.augment and self.trainer is not None and self.trainer.training:
-            images = random_crop_flip(images)
+        if self.trainer is not None and self.trainer.training:
+            loader = self.trainer.train_dataloader  # the loader Lightning iterates
+            if isinstance(loader, ResumableDataLoader):
+                loader.batch_sampler.consumed += 1  # this batch is used now (the loader may run ahead)
+            if self.augment:
+                images = random_crop_flip(images, generator=self._augment_rng)
         return self.normalize(images), labels
+
+    def state_dict(self) -> dict[str, Any]:
+        """The augmentation generator (Lightning stores it in checkpoints, so resumes crop alike)."""
+        return {"augment_rng": self._augment_rng.get_state()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._augment_rng.set_state(state_dict["augment_rng"])

@@ -144,10 +144,35 @@ class ImageClassifier(pl.LightningModule):
             groups.append({"params": no_decay, "weight_decay": 0.0})
         return groups
 
+    def total_steps(self) -> int:
+        """Optimizer steps of the whole fit (the schedule's length).
+
+        The same number as ``trainer.estimated_stepping_batches``, which we do not call: it builds the
+        fit loop's training loader before a resumed checkpoint's loader position is restored, and that
+        loader then restarts its epoch from the first batch. With a data module we count from a
+        separate loader instead.
+        """
+        trainer = self.trainer
+        datamodule = trainer.datamodule
+        if datamodule is None:
+            return int(trainer.estimated_stepping_batches)
+        batches = len(datamodule.train_dataloader())
+        limit = trainer.limit_train_batches
+        batches = min(batches, limit) if isinstance(limit, int) else int(batches * limit)
+        epochs = (
+            trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs >= 0 else math.inf
+        )
+        total = math.ceil(batches / trainer.accumulate_grad_batches) * epochs
+        if trainer.max_steps > 0:
+            total = min(total, trainer.max_steps)
+        if total == math.inf:
+            raise ValueError("the learning-rate schedule needs max_epochs or max_steps")
+        return max(int(total), 1)
+
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
         optimizer = torch.optim.SGD(self.parameter_groups(), lr=hp.lr, momentum=hp.momentum)
-        total = int(self.trainer.estimated_stepping_batches)
+        total = self.total_steps()
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer,
             lambda step: lr_factor(step, total, schedule=hp.schedule, warmup=hp.warmup),

@@ -24,7 +24,12 @@ from torch.utils import benchmark as tbench
 from experiments.cli import ArgumentParser, hardware, main_guard, write_json_atomic
 from sa_conv.attention import MultiHeadSelfAttention2d
 from sa_conv.data import CIFAR10_MEAN, CIFAR10_STD, random_crop_flip
-from sa_conv.encodings import GaussianEncoding, LearnedRelativeEncoding, QuadraticEncoding
+from sa_conv.encodings import (
+    CompositeRelativeEncoding,
+    GaussianEncoding,
+    LearnedRelativeEncoding,
+    QuadraticEncoding,
+)
 from sa_conv.models import create_model
 
 BASELINE = (
@@ -86,6 +91,12 @@ def variants(dim: int, heads: int, grid: int) -> dict[str, tuple[MultiHeadSelfAt
         "learned-content": (
             MultiHeadSelfAttention2d(
                 dim, heads, encoding=LearnedRelativeEncoding(heads, dim, max_size=grid), content=True
+            ),
+            "sdpa",
+        ),
+        "composite": (
+            MultiHeadSelfAttention2d(
+                dim, heads, encoding=CompositeRelativeEncoding(heads, dim), content=True
             ),
             "sdpa",
         ),

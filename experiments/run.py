@@ -17,7 +17,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from experiments.cli import ArgumentParser, UserError, hardware, main_guard, write_json_atomic
 from experiments.presets import SCALES, RunConfig, preset
 from sa_conv import __version__
-from sa_conv.callbacks import AttentionFigures, TrainingThroughput
+from sa_conv.callbacks import AttentionFigures, EpochHistory, TrainingThroughput
 from sa_conv.checkpointing import AtomicCheckpointIO, ResumableRNG, readable_checkpoint
 from sa_conv.data import CIFAR10DataModule
 from sa_conv.lit import ImageClassifier
@@ -51,6 +51,7 @@ def build_parser() -> ArgumentParser:
     train.add_argument("--fast-dev-run", action="store_true", help="Lightning: one batch of each stage")
     train.add_argument("--resume", nargs="?", const="latest", help="resume from PATH, or the latest run")
     train.add_argument("--checkpoint-every", type=int, help="also save last.ckpt every N training steps")
+    train.add_argument("--max-time", help="Lightning: stop after this long, DD:HH:MM:SS (e.g. a GPU lease)")
     data = parser.add_argument_group("data")
     data.add_argument(
         "--data-dir",
@@ -59,11 +60,13 @@ def build_parser() -> ArgumentParser:
         f"{DEFAULT_DATA_DIR})",
     )
     data.add_argument("--synthetic", action="store_true", help="synthetic images (smoke runs, tests)")
+    data.add_argument("--synthetic-size", type=int, default=512, help="number of synthetic training images")
     hw = parser.add_argument_group("hardware")
     hw.add_argument("--accelerator", default="auto", help="cpu, gpu or auto")
     hw.add_argument("--devices", default="1", help="number of devices (or 'auto')")
     hw.add_argument("--strategy", default="auto", help="e.g. ddp")
     hw.add_argument("--precision", help="default: bf16-mixed on GPU, 32-true on CPU")
+    hw.add_argument("--compile", action="store_true", help="torch.compile the model (opt-in)")
     figs = parser.add_argument_group("figures")
     figs.add_argument("--no-figures", action="store_true", help="do not log attention figures to TensorBoard")
     figs.add_argument("--figures-every", type=int, default=5, help="log attention figures every N epochs")
@@ -155,7 +158,12 @@ def check_devices(accelerator: str, devices: int | str) -> None:
 def make_datamodule(args: Any, config: RunConfig) -> CIFAR10DataModule:
     """The data module the command line asks for; a given --data-dir must exist and hold data."""
     if args.synthetic:
-        return CIFAR10DataModule(source="synthetic", batch_size=config.batch_size, seed=config.seed)
+        return CIFAR10DataModule(
+            source="synthetic",
+            batch_size=config.batch_size,
+            seed=config.seed,
+            synthetic_size=args.synthetic_size,
+        )
     data_dir = args.data_dir
     if data_dir is not None:
         if not data_dir.is_dir():
@@ -215,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
                 save_last=True,
             )
         )
-    throughput = TrainingThroughput()
-    callbacks += [LearningRateMonitor(logging_interval="step"), throughput, ResumableRNG()]
+    throughput, history = TrainingThroughput(), EpochHistory()
+    callbacks += [LearningRateMonitor(logging_interval="step"), throughput, history, ResumableRNG()]
     if not args.no_figures and hasattr(module.backbone, "attention_maps"):
         callbacks.append(AttentionFigures(every_n_epochs=args.figures_every))
     trainer = pl.Trainer(
@@ -228,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         logger=logger,
         callbacks=callbacks,
         limit_train_batches=args.limit_train_batches,
+        max_time=args.max_time,
         fast_dev_run=args.fast_dev_run,
         log_every_n_steps=10,
         use_distributed_sampler=False,  # the data module shards every split across ranks itself
@@ -240,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"config: {config}")
         print(f"parameters: {n_params:,} | forward FLOPs per image: {flops / 1e9:.3f} GFLOP")
 
+    if args.compile:
+        module.backbone.compile()  # in place: parameter names (and checkpoints) stay the same
     start = time.perf_counter()
     # weights_only=False: our checkpoints carry RNG and data-loader states (our own files, trusted)
     trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume) if resume else None, weights_only=False)
@@ -265,6 +276,11 @@ def main(argv: list[str] | None = None) -> int:
             "global_steps": trainer.global_step,
             "wall_time_s": wall,
             "train_images_per_s": throughput.images_per_second,
+            "train_tflops": 3
+            * flops
+            * throughput.images_per_second
+            / 1e12,  # forward + backward ~ 3x forward
+            "history": history.history,
             "best_checkpoint": best,
             "precision": str(trainer.precision),
             "devices": trainer.world_size,
@@ -274,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
         write_json_atomic(Path(logger.log_dir) / "metrics.json", summary)
         print(
             f"done: best val acc {best_val:.4f} | test acc {test_acc:.4f} | wall {wall:.1f} s | "
-            f"{throughput.images_per_second:.1f} train images/s | {logger.log_dir}"
+            f"{throughput.images_per_second:.1f} train images/s ({summary['train_tflops']:.3f} TFLOP/s) | "
+            f"{logger.log_dir}"
         )
     return 0
 

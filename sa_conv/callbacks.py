@@ -16,7 +16,43 @@ from sa_conv.encodings import GaussianEncoding, QuadraticEncoding
 from sa_conv.metrics import locality
 from sa_conv.viz import attention_grid, centre_trajectories, locality_summary
 
-__all__ = ["AttentionFigures", "TrainingThroughput", "attention_centres", "figures_of", "inverse_covariances"]
+__all__ = [
+    "AttentionFigures",
+    "EpochHistory",
+    "TrainingThroughput",
+    "attention_centres",
+    "figures_of",
+    "inverse_covariances",
+]
+
+
+class EpochHistory(pl.Callback):
+    """Validation accuracy and wall time of every epoch (for ``metrics.json``)."""
+
+    def __init__(self) -> None:
+        self.history: list[dict[str, float]] = []
+        self._start = 0.0
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._start = time.perf_counter()
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking or "val/acc" not in trainer.callback_metrics:
+            return
+        self.history.append(
+            {
+                "epoch": trainer.current_epoch + 1,
+                "step": trainer.global_step,
+                "val_acc": float(trainer.callback_metrics["val/acc"]),
+                "epoch_seconds": time.perf_counter() - self._start,
+            }
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": self.history}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.history = list(state_dict["history"])
 
 
 class TrainingThroughput(pl.Callback):

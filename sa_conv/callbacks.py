@@ -216,7 +216,9 @@ def figures_of(
         out.append(
             (
                 "attention/grid_single_image",
-                attention_grid(single, side, side, query, title=f"{title} (one image)"),
+                attention_grid(
+                    single, side, side, query, title=f"{name + ': ' if name else ''}query {query}, one image"
+                ),
             )
         )
     metrics = [locality(m, side, side) for m in maps]

@@ -18,25 +18,28 @@ from torch import Tensor, nn
 __all__ = ["DynamicConv2d", "LightweightConv2d"]
 
 
-def _check(channels: int, heads: int, kernel_size: int) -> None:
-    if heads <= 0 or channels % heads:
-        raise ValueError(f"channels={channels} must be a positive multiple of heads={heads}")
-    if kernel_size <= 0 or kernel_size % 2 == 0:
-        raise ValueError(f"kernel_size must be odd and positive, got {kernel_size}")
+class _HeadConv(nn.Module):
+    """What both convolutions share: K x K taps, one kernel per head of ``channels / heads`` channels."""
 
-
-class LightweightConv2d(nn.Module):
-    """Depthwise K x K convolution with a softmax-normalized kernel per head of ``C / heads`` channels."""
-
-    def __init__(self, channels: int, heads: int, kernel_size: int = 3, *, renormalize: bool = False) -> None:
+    def __init__(self, channels: int, heads: int, kernel_size: int, renormalize: bool) -> None:
         super().__init__()
-        _check(channels, heads, kernel_size)
+        if heads <= 0 or channels % heads:
+            raise ValueError(f"channels={channels} must be a positive multiple of heads={heads}")
+        if kernel_size <= 0 or kernel_size % 2 == 0:
+            raise ValueError(f"kernel_size must be odd and positive, got {kernel_size}")
         self.channels, self.heads, self.kernel_size, self.renormalize = (
             channels,
             heads,
             kernel_size,
             renormalize,
         )
+
+
+class LightweightConv2d(_HeadConv):
+    """Depthwise K x K convolution with a softmax-normalized kernel per head of ``C / heads`` channels."""
+
+    def __init__(self, channels: int, heads: int, kernel_size: int = 3, *, renormalize: bool = False) -> None:
+        super().__init__(channels, heads, kernel_size, renormalize)
         self.weight = nn.Parameter(torch.randn(heads, kernel_size, kernel_size) * 0.02)  # kernel logits
 
     def kernel(self) -> Tensor:
@@ -55,7 +58,7 @@ class LightweightConv2d(nn.Module):
         return y
 
 
-class DynamicConv2d(nn.Module):
+class DynamicConv2d(_HeadConv):
     """K x K convolution whose per-head kernel is predicted from each pixel: softmax(Linear(features)).
 
     ``forward(x, context=None)``: the kernel at a pixel comes from ``context`` at that pixel
@@ -71,14 +74,7 @@ class DynamicConv2d(nn.Module):
         in_features: int | None = None,
         renormalize: bool = False,
     ) -> None:
-        super().__init__()
-        _check(channels, heads, kernel_size)
-        self.channels, self.heads, self.kernel_size, self.renormalize = (
-            channels,
-            heads,
-            kernel_size,
-            renormalize,
-        )
+        super().__init__(channels, heads, kernel_size, renormalize)
         self.predictor = nn.Linear(in_features or channels, heads * kernel_size * kernel_size)
 
     def kernel(self, context: Tensor) -> Tensor:

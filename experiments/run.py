@@ -26,6 +26,11 @@ from sa_conv.models import MODELS
 DEFAULT_DATA_DIR = Path("data/cifar10")
 
 
+def _count_or_fraction(text: str) -> int | float:
+    """``"20"`` -> 20 batches, ``"0.1"`` -> a tenth of the epoch (Lightning's two meanings)."""
+    return int(text) if text.isdigit() else float(text)
+
+
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog="python -m experiments.run",

@@ -182,3 +182,11 @@ def test_convert_a_trained_resnet_layer(tmp_path, capsys):
     assert code == 0 and "heads used: 9" in out and out.strip().endswith("PASS")
     code, _, err = call(convert, ["--checkpoint", ckpt, "--layer", "fc"], capsys)
     assert "no Conv2d named 'fc'" in one_line_error(code, err)
+
+
+def test_limit_train_batches_counts_or_fractions(tmp_path):
+    for limit, steps in (("2", 4), ("0.4", 4)):  # 410 images / 100 = 5 batches per epoch; 2 epochs
+        out = tmp_path / limit
+        argv = ["quadratic", *TINY[:-2], "--epochs", "2", "--synthetic", "--limit-train-batches", limit]
+        assert main_guard(run.main)([*argv, "--no-figures", "--output-dir", str(out)]) == 0
+        assert json.loads((out / "quadratic/version_0/metrics.json").read_text())["global_steps"] == steps

@@ -11,7 +11,7 @@ import pytorch_lightning as pl
 from experiments.cli import ArgumentParser, UserError, main_guard
 from experiments.run import DEFAULT_DATA_DIR
 from sa_conv.data import CIFAR10DataModule
-from sa_conv.lit import ImageClassifier
+from sa_conv.lit import ImageClassifier, read_checkpoint
 
 
 def build_parser() -> ArgumentParser:
@@ -31,10 +31,11 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    module = ImageClassifier.from_checkpoint(args.checkpoint)
+    ckpt = read_checkpoint(args.checkpoint)
+    module = ImageClassifier.from_checkpoint(ckpt)
     if args.data_dir is not None and not args.data_dir.is_dir():
         raise UserError(f"--data-dir {args.data_dir} does not exist")
-    trained_on = module.datamodule_hparams  # the run's data settings: the same validation split
+    trained_on = ckpt.get("datamodule_hyper_parameters") or {}  # the run's data: the same validation split
     datamodule = CIFAR10DataModule(
         data_dir=args.data_dir or DEFAULT_DATA_DIR,
         source="synthetic" if args.synthetic else "auto",

@@ -17,7 +17,7 @@ from experiments.cli import ArgumentParser, UserError, main_guard, write_json_at
 from experiments.run import DEFAULT_DATA_DIR
 from sa_conv.callbacks import figures_of
 from sa_conv.data import CIFAR10DataModule, synthetic
-from sa_conv.lit import ImageClassifier
+from sa_conv.lit import ImageClassifier, read_checkpoint
 
 
 def build_parser() -> ArgumentParser:
@@ -62,7 +62,8 @@ def save_png(fig: Figure, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    module = ImageClassifier.from_checkpoint(args.checkpoint)
+    ckpt = read_checkpoint(args.checkpoint)  # read once: the model and the callback's centre history
+    module = ImageClassifier.from_checkpoint(ckpt)
     backbone = module.backbone.eval()
     model = module.hparams.model
     if not hasattr(backbone, "attention_maps"):
@@ -70,7 +71,6 @@ def main(argv: list[str] | None = None) -> int:
     side = backbone.config.grid
     if args.query is not None and not all(0 <= v < side for v in args.query):
         raise UserError(f"--query {args.query[0]} {args.query[1]} is outside the {side}x{side} token grid")
-    ckpt = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
     state = next((v for k, v in ckpt.get("callbacks", {}).items() if k.startswith("AttentionFigures")), {})
     n_images = args.images if backbone.config.content else 1
     images = test_images(args, n_images)

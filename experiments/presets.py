@@ -28,7 +28,6 @@ class RunConfig:
     schedule: Schedule = "warmup-cosine"
     train_subset: int | None = None  # None: all of train minus the validation split
     val_size: int = 5000
-    test_subset: int | None = None
     seed: int = 0
 
     def replace(self, **changes: Any) -> RunConfig:

@@ -180,7 +180,6 @@ def make_datamodule(args: Any, config: RunConfig) -> CIFAR10DataModule:
         batch_size=config.batch_size,
         val_size=config.val_size,
         train_subset=config.train_subset,
-        test_subset=config.test_subset,
         seed=config.seed,
     )
 

@@ -116,21 +116,15 @@ class MultiHeadSelfAttention2d(nn.Module):
     def logits(self, x: Tensor) -> Tensor:
         """Attention logits ``(B, heads, N, N)``, or ``(1, heads, N, N)`` when input-independent."""
         _, h, w, _ = self._check_input(x)
-        positional = None
-        if self.encoding is not None:
-            positional = self.encoding.logits(h, w).unsqueeze(0).to(x.dtype)  # (1, heads, N, N)
         if not self.input_dependent:
-            return positional
-        # each (B, heads, N, N) term costs a pass over memory: build one tensor and add in place
+            return self.encoding.logits(h, w).unsqueeze(0).to(x.dtype)  # (1, heads, N, N)
         q = self._project(self.query, x)  # (B, heads, N, D)
-        logits = None
-        if self.content:
-            k = self._project(self.key, x)  # (B, heads, N, D)
-            logits = (q / math.sqrt(self.dim)) @ k.transpose(-1, -2)  # (B, heads, N, N)
-        if self.query_term:
-            term = self.encoding.query_logits(q, h, w)  # (B, heads, N, N)
-            logits = term if logits is None else logits.add_(term)
-        return logits if positional is None else logits.add_(positional)
+        bias = self._bias(q, h, w)  # (1|B, heads, N, N) or None
+        if not self.content:
+            return bias
+        k = self._project(self.key, x)  # (B, heads, N, D)
+        logits = (q / math.sqrt(self.dim)) @ k.transpose(-1, -2)  # (B, heads, N, N)
+        return logits if bias is None else logits.add_(bias)  # in place: one pass over (B, heads, N, N)
 
     def probabilities(self, x: Tensor) -> Tensor:
         """Attention probabilities before dropout: ``(B, heads, N, N)`` or ``(1, heads, N, N)``."""
@@ -159,11 +153,7 @@ class MultiHeadSelfAttention2d(nn.Module):
             return (y, self.probabilities(x)) if return_attention else y
         else:  # sdpa
             q = self._project(self.query, x)  # (B, heads, N, D)
-            bias = None
-            if self.encoding is not None:
-                bias = self.encoding.logits(h, w).to(q.dtype)  # (heads, N, N)
-            if self.query_term:
-                bias = bias + self.encoding.query_logits(q, h, w)  # (B, heads, N, N)
+            bias = self._bias(q, h, w)  # (1|B, heads, N, N) or None
             v = x.reshape(b, 1, h * w, d).expand(b, self.heads, h * w, d)  # (B, heads, N, D)
             if self.content:
                 k = self._project(self.key, x)  # (B, heads, N, D)
@@ -187,6 +177,15 @@ class MultiHeadSelfAttention2d(nn.Module):
             raise ValueError(f"x has {x.shape[-1]} channels in its last dim, the layer has dim={self.dim}")
         b, h, w, d = x.shape
         return b, h, w, d
+
+    def _bias(self, q: Tensor, h: int, w: int) -> Tensor | None:
+        """Every logit term but content: positional (+ composite query term); None if there is none."""
+        if self.encoding is None:
+            return None
+        bias = self.encoding.logits(h, w).unsqueeze(0).to(q.dtype)  # (1, heads, N, N)
+        if self.query_term:
+            bias = self.encoding.query_logits(q, h, w).add_(bias)  # (B, heads, N, N)
+        return bias
 
     def _project(self, linear: nn.Linear, x: Tensor) -> Tensor:
         """Per-head query or key projection: ``(B, H, W, D)`` -> ``(B, heads, N, D)``."""

@@ -90,20 +90,23 @@ class TrainingThroughput(pl.Callback):
         self.images, self.seconds = state_dict["images"], state_dict["seconds"]
 
 
-def attention_centres(model: nn.Module) -> Tensor | None:
-    """Centres ``(layers, heads, 2)`` of a quadratic/Gaussian SA model, else None."""
+def _encodings_of(model: nn.Module, kind: type | tuple[type, ...]) -> list | None:
+    """Every layer's positional encoding if all of them are of ``kind``, else None."""
     layers = getattr(model, "attention_layers", lambda: [])()
     encodings = [getattr(layer, "encoding", None) for layer in layers]
-    if not encodings or not all(isinstance(e, QuadraticEncoding | GaussianEncoding) for e in encodings):
-        return None
-    return torch.stack([e.centres.detach().float().cpu() for e in encodings])
+    return encodings if encodings and all(isinstance(e, kind) for e in encodings) else None
+
+
+def attention_centres(model: nn.Module) -> Tensor | None:
+    """Centres ``(layers, heads, 2)`` of a quadratic/Gaussian SA model, else None."""
+    encodings = _encodings_of(model, (QuadraticEncoding, GaussianEncoding))
+    return None if encodings is None else torch.stack([e.centres.detach().float().cpu() for e in encodings])
 
 
 def inverse_covariances(model: nn.Module) -> Tensor | None:
     """Inverse covariances ``(layers, heads, 2, 2)`` of a generalized Gaussian SA model, else None."""
-    layers = getattr(model, "attention_layers", lambda: [])()
-    encodings = [getattr(layer, "encoding", None) for layer in layers]
-    if not encodings or not all(isinstance(e, GaussianEncoding) for e in encodings):
+    encodings = _encodings_of(model, GaussianEncoding)
+    if encodings is None:
         return None
     return torch.stack([e.inverse_covariance.detach().float().cpu() for e in encodings])
 
@@ -175,9 +178,7 @@ class AttentionFigures(pl.Callback):
         dataset = getattr(datamodule, "val_set", None)
         if dataset is None or not len(dataset):
             return torch.zeros(1, 3, 32, 32, device=pl_module.device)
-        batch = (dataset.images[: self.images].to(pl_module.device), dataset.labels[: self.images])
-        images, _ = datamodule.normalize(batch[0]), batch[1]
-        return images
+        return datamodule.normalize(dataset.images[: self.images].to(pl_module.device))
 
     def state_dict(self) -> dict[str, Any]:
         return {"history": self.history, "steps": self.steps}

@@ -229,11 +229,9 @@ class CIFAR10DataModule(pl.LightningDataModule):
         eval_batch_size: int | None = None,
         val_size: int = 5000,
         train_subset: int | None = None,
-        test_subset: int | None = None,
         synthetic_size: int = 512,
         augment: bool = True,
         seed: int = 0,
-        num_workers: int = 0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["data_dir"])
@@ -246,9 +244,8 @@ class CIFAR10DataModule(pl.LightningDataModule):
         self.source = source
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or max(batch_size, 256)
-        self.val_size, self.train_subset, self.test_subset = val_size, train_subset, test_subset
+        self.val_size, self.train_subset = val_size, train_subset
         self.synthetic_size, self.augment, self.seed = synthetic_size, augment, seed
-        self.num_workers = num_workers
         self.normalize = v2.Compose(
             [v2.ToDtype(torch.float32, scale=True), v2.Normalize(CIFAR10_MEAN, CIFAR10_STD)]
         )
@@ -292,10 +289,7 @@ class CIFAR10DataModule(pl.LightningDataModule):
             train_idx = train_idx[: self.train_subset]
         self.train_set = TensorImages(images[train_idx], labels[train_idx])
         self.val_set = TensorImages(images[val_idx], labels[val_idx])
-        test_images, test_labels = self._load("test")
-        if self.test_subset is not None:
-            test_images, test_labels = test_images[: self.test_subset], test_labels[: self.test_subset]
-        self.test_set = TensorImages(test_images, test_labels)
+        self.test_set = TensorImages(*self._load("test"))
 
     def _loader(self, dataset: TensorImages | None, *, train: bool) -> ResumableDataLoader:
         assert dataset is not None, "call setup() first"
@@ -308,9 +302,7 @@ class CIFAR10DataModule(pl.LightningDataModule):
             rank=trainer.global_rank if trainer is not None else 0,
             world_size=trainer.world_size if trainer is not None else 1,
         )
-        return ResumableDataLoader(
-            dataset, batch_sampler=sampler, num_workers=self.num_workers, collate_fn=_whole_batch
-        )
+        return ResumableDataLoader(dataset, batch_sampler=sampler, collate_fn=_whole_batch)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, train=True)

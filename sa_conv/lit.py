@@ -17,7 +17,7 @@ from sa_conv import __version__
 from sa_conv.encodings import GaussianEncoding, QuadraticEncoding
 from sa_conv.models import create_model
 
-__all__ = ["CheckpointError", "ImageClassifier", "Schedule", "lr_factor"]
+__all__ = ["CheckpointError", "ImageClassifier", "Schedule", "lr_factor", "read_checkpoint"]
 
 
 class CheckpointError(RuntimeError):
@@ -52,6 +52,24 @@ def lr_factor(
     return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
 
 
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint written by ``ImageClassifier``; ``CheckpointError`` names what is wrong."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # pickle, zip and EOF errors all mean the same to the user
+        raise CheckpointError(f"{path} is not a readable checkpoint ({type(err).__name__})") from None
+    hparams = ckpt.get("hyper_parameters") if isinstance(ckpt, dict) else None
+    if not hparams or "model" not in hparams or "state_dict" not in ckpt:
+        raise CheckpointError(f"{path} is not an sa-conv checkpoint (no model hyper-parameters)")
+    version = ckpt.get("sa_conv_version")
+    if version != __version__:
+        raise CheckpointError(f"{path} was written by sa-conv {version}, this is sa-conv {__version__}")
+    return ckpt
+
+
 class ImageClassifier(pl.LightningModule):
     """Image classification over a backbone from the model registry (rebuilt from the checkpoint)."""
 
@@ -73,34 +91,23 @@ class ImageClassifier(pl.LightningModule):
         self.train_acc = MulticlassAccuracy(num_classes, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
-        self.datamodule_hparams: dict[str, Any] = {}  # filled by from_checkpoint
 
     def forward(self, images: Tensor) -> Tensor:
         return self.backbone(images)
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, map_location: str | torch.device = "cpu") -> ImageClassifier:
-        """Load a checkpoint written by this class; ``CheckpointError`` names what is wrong."""
-        path = Path(path)
-        if not path.is_file():
-            raise CheckpointError(f"checkpoint {path} does not exist")
-        try:
-            ckpt = torch.load(path, map_location=map_location, weights_only=False)
-        except Exception as err:  # pickle, zip and EOF errors all mean the same to the user
-            raise CheckpointError(f"{path} is not a readable checkpoint ({type(err).__name__})") from None
-        hparams = ckpt.get("hyper_parameters") if isinstance(ckpt, dict) else None
-        if not hparams or "model" not in hparams or "state_dict" not in ckpt:
-            raise CheckpointError(f"{path} is not an sa-conv checkpoint (no model hyper-parameters)")
-        version = ckpt.get("sa_conv_version")
-        if version != __version__:
-            raise CheckpointError(f"{path} was written by sa-conv {version}, this is sa-conv {__version__}")
+    def from_checkpoint(cls, checkpoint: str | Path | dict[str, Any]) -> ImageClassifier:
+        """Rebuild the module from a checkpoint path, or from its already-read ``read_checkpoint`` dict."""
+        ckpt = checkpoint if isinstance(checkpoint, dict) else read_checkpoint(checkpoint)
+        hparams = ckpt["hyper_parameters"]
         try:
             module = cls(**hparams)
             module.load_state_dict(ckpt["state_dict"])
-            module.datamodule_hparams = dict(ckpt.get("datamodule_hyper_parameters") or {})
         except (ValueError, TypeError, RuntimeError) as err:
             first = str(err).strip().splitlines()[0]
-            raise CheckpointError(f"{path} does not match its model {hparams['model']!r}: {first}") from None
+            raise CheckpointError(
+                f"the checkpoint does not match its model {hparams['model']!r}: {first}"
+            ) from None
         return module
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -31,28 +31,23 @@ def conv2d_cases():
         yield kernel, stride, dilation, padding, mode, groups, bias
 
 
+def assert_converts(conv: nn.Module, x: torch.Tensor) -> nn.Module:
+    """The attention twin of ``conv`` gives the conv's output shape and values (rel. error <= 1e-5)."""
+    attn = conv_to_attention(conv, alpha=46.0)
+    expected, got = conv(x), attn(x)
+    assert got.shape == expected.shape
+    assert rel_error(got, expected) <= 1e-5
+    return attn
+
+
 @pytest.mark.parametrize(
     ("kernel", "stride", "dilation", "padding", "mode", "groups", "bias"), list(conv2d_cases())
 )
 def test_conv2d_equals_attention(kernel, stride, dilation, padding, mode, groups, bias):
-    conv = nn.Conv2d(
-        4,
-        8,
-        kernel,
-        stride=stride,
-        dilation=dilation,
-        padding=padding,
-        padding_mode=mode,
-        groups=groups,
-        bias=bias,
-    )
-    attn = conv_to_attention(conv, alpha=46.0)
+    options = {"stride": stride, "dilation": dilation, "padding": padding, "padding_mode": mode}
+    conv = nn.Conv2d(4, 8, kernel, groups=groups, bias=bias, **options)
+    attn = assert_converts(conv, torch.randn(2, 4, 11, 12))
     assert attn.attention.heads == kernel[0] * kernel[1]
-    x = torch.randn(2, 4, 11, 12)
-    expected = conv(x)
-    got = attn(x)
-    assert got.shape == expected.shape
-    assert rel_error(got, expected) <= 1e-5
 
 
 @pytest.mark.parametrize("impl", ["reference", "separable"])
@@ -82,23 +77,10 @@ def test_depthwise_and_channel_multiplier():
     ],
 )
 def test_conv1d_equals_attention(kernel, stride, dilation, padding, mode, groups, bias):
-    conv = nn.Conv1d(
-        3,
-        6,
-        kernel,
-        stride=stride,
-        dilation=dilation,
-        padding=padding,
-        padding_mode=mode,
-        groups=groups,
-        bias=bias,
-    )
-    attn = conv_to_attention(conv)
-    x = torch.randn(2, 3, 17)
-    expected = conv(x)
-    got = attn(x)
-    assert got.shape == expected.shape
-    assert rel_error(got, expected) <= 1e-5
+    options = {"stride": stride, "dilation": dilation, "padding": padding, "padding_mode": mode}
+    conv = nn.Conv1d(3, 6, kernel, groups=groups, bias=bias, **options)
+    attn = assert_converts(conv, torch.randn(2, 3, 17))
+    assert attn.attention.heads == kernel
     assert attn.centres[:, 0].abs().sum() == 0  # a grid of height 1: all shifts are horizontal
 
 

@@ -2,22 +2,32 @@
 
 Head h computes ``P_h X`` at full width ``dim``; the heads are concatenated ``(heads * dim)`` and one
 ``Linear(heads * dim, out_dim)`` maps back. The logit of head h is its positional logit (from a
-relative encoding), plus ``q_h . k_h / sqrt(dim)`` when ``content=True``.
+relative encoding), plus ``q_h . k_h / sqrt(dim)`` when ``content=True``, plus the encoding's query- or
+key-dependent terms when it declares them (composite attention).
+
+Precision: logits and their softmax are computed in float32 (float64 for a float64 layer) under any
+autocast, as the paper's float32 code did: a sharp quadratic head (alpha 46) has logits in the
+thousands, which bfloat16 cannot resolve. Only the products with the values run in the autocast dtype.
+
+Attention dropout follows the paper's code: for input-independent (positional-only) attention it drops
+the batch-free ``(heads, N, N)`` probability tensor once per step, one mask shared by every image of the
+batch; input-dependent attention draws one mask per image.
 
 Computations (``impl``):
-- ``"reference"``: the literal formula. Materialize ``(B, heads, N, N)`` logits, softmax over keys,
-  dropout, weighted sum. The oracle for every other path and the benchmark baseline.
+- ``"reference"``: the literal formula. Materialize the logits, softmax over keys, dropout, weighted
+  sum. The oracle for every other path and the benchmark baseline.
 - ``"shared"``: positional-only encodings; the probabilities do not depend on the input, so one
-  ``(heads, N, N)`` tensor serves the whole batch.
+  ``(heads, N, N)`` tensor (dropped once, in training) serves the whole batch as one large product.
 - ``"separable"``: positional-only encodings whose logit is a row term plus a column term (quadratic,
   learned relative): the softmax factors into a row and a column softmax, applied as two small
   contractions, O(N (H + W)) per channel instead of O(N^2), fused with the projection so that only
-  the input is kept for backward (sa_conv.separable).
-- ``"sdpa"``: content attention through ``F.scaled_dot_product_attention`` with the positional
-  logits as a float bias (``auto`` takes it on CUDA; on CPU it measured no faster than the reference).
-- ``"auto"`` (default): the fastest exact path. Attention dropout on the full matrix neither factors
-  nor shares across the batch, so while it is active (training with ``attn_dropout > 0``) ``auto``
-  takes the reference computation; the fast paths are exact, not approximations.
+  the input is kept for backward (sa_conv.separable). A dropped matrix does not factor: no dropout.
+- ``"sdpa"``: input-dependent attention through ``F.scaled_dot_product_attention`` with every
+  non-content logit term as a float32 bias (``auto`` takes it on CUDA; on CPU it measured no faster
+  than the reference).
+- ``"auto"`` (default): the fastest exact path: ``separable`` or ``shared`` for positional-only
+  attention (``shared`` while dropout is active), ``sdpa`` on CUDA (outside dropout) or ``reference``
+  for input-dependent attention. The fast paths are exact, not approximations.
 """
 
 from __future__ import annotations
@@ -68,10 +78,11 @@ class MultiHeadSelfAttention2d(nn.Module):
         self.out_dim = dim if out_dim is None else out_dim
         self.encoding = encoding
         self.content = content
-        self.query_term = bool(getattr(encoding, "query_dependent", False))  # composite q . w[delta]
+        self.query_term = encoding is not None and encoding.query_dependent  # composite q . w[delta]
+        self.key_term = encoding is not None and encoding.key_dependent  # composite k . w'[-delta]
         if content or self.query_term:
             self.query = nn.Linear(dim, heads * dim)
-        if content:
+        if content or self.key_term:
             self.key = nn.Linear(dim, heads * dim)
         self.attn_dropout = nn.Dropout(attn_dropout)
         self.proj = nn.Linear(heads * dim, self.out_dim, bias=bias)
@@ -90,7 +101,7 @@ class MultiHeadSelfAttention2d(nn.Module):
             raise ValueError(f"impl must be one of {IMPLS}, got {value!r}")
         if value in ("shared", "separable") and self.input_dependent:
             raise ValueError(f"impl={value!r} needs input-independent attention (no content, no query term)")
-        if value == "separable" and not hasattr(self.encoding, "axis_logits"):
+        if value == "separable" and not self.encoding.separable:
             raise ValueError(
                 f"impl='separable' needs a separable encoding, got {type(self.encoding).__name__}"
             )
@@ -100,30 +111,31 @@ class MultiHeadSelfAttention2d(nn.Module):
 
     @property
     def input_dependent(self) -> bool:
-        """Whether the attention probabilities depend on the input (content or a query term)."""
-        return self.content or self.query_term
+        """Whether the attention probabilities depend on the input (content, a query or key term)."""
+        return self.content or self.query_term or self.key_term
 
     def resolved_impl(self, device: torch.device | str = "cpu") -> str:
         """The computation the next forward call on ``device`` will use."""
         if self._impl != "auto":
             return self._impl
-        if self.attn_dropout.p > 0 and self.training:
-            return "reference"
+        dropout = self.training and self.attn_dropout.p > 0
         if self.input_dependent:  # fused SDPA kernels with a float bias exist on CUDA; on CPU it is no faster
-            return "sdpa" if torch.device(device).type == "cuda" else "reference"
-        return "separable" if hasattr(self.encoding, "axis_logits") else "shared"
+            return "sdpa" if torch.device(device).type == "cuda" and not dropout else "reference"
+        if dropout:  # the paper's one mask per step on the batch-free probabilities
+            return "shared"
+        return "separable" if self.encoding.separable else "shared"
 
     def logits(self, x: Tensor) -> Tensor:
         """Attention logits ``(B, heads, N, N)``, or ``(1, heads, N, N)`` when input-independent."""
         _, h, w, _ = self._check_input(x)
+        dtype = _softmax_dtype(x)
         if not self.input_dependent:
-            return self.encoding.logits(h, w).unsqueeze(0).to(x.dtype)  # (1, heads, N, N)
-        q = self._project(self.query, x)  # (B, heads, N, D)
-        bias = self._bias(q, h, w)  # (1|B, heads, N, N) or None
+            return self._positional(h, w, x.device, dtype).unsqueeze(0)  # (1, heads, N, N)
+        q, k = self._queries_keys(x)
+        bias = self._bias(q, k, h, w, dtype)  # (1|B, heads, N, N) or None
         if not self.content:
             return bias
-        k = self._project(self.key, x)  # (B, heads, N, D)
-        logits = (q / math.sqrt(self.dim)) @ k.transpose(-1, -2)  # (B, heads, N, N)
+        logits = ((q / math.sqrt(self.dim)) @ k.transpose(-1, -2)).to(dtype)  # (B, heads, N, N)
         return logits if bias is None else logits.add_(bias)  # in place: one pass over (B, heads, N, N)
 
     def probabilities(self, x: Tensor) -> Tensor:
@@ -134,32 +146,38 @@ class MultiHeadSelfAttention2d(nn.Module):
         """``x`` ``(B, H, W, dim)`` -> ``(B, H, W, out_dim)`` [, probabilities ``(B|1, heads, N, N)``]."""
         b, h, w, d = self._check_input(x)
         impl = self.resolved_impl(x.device)
+        dropout = self.training and self.attn_dropout.p > 0
         probs = None
         if impl == "reference":
             probs = self.probabilities(x)  # (B|1, heads, N, N)
-            dropped = probs
-            if self.training and self.attn_dropout.p > 0:
-                dropped = self.attn_dropout(probs.expand(b, -1, -1, -1))  # (B, heads, N, N)
-            heads_out = dropped @ x.reshape(b, 1, h * w, d)  # (B, heads, N, D)
+            # batch-free probabilities: one mask for the whole batch (the paper's code); else one per image
+            heads_out = self.attn_dropout(probs) @ x.reshape(b, 1, h * w, d)  # (B, heads, N, D)
             heads_out = heads_out.transpose(1, 2)  # (B, N, heads, D)
         elif impl == "shared":
             probs = self.probabilities(x)[0]  # (heads, N, N)
-            heads_out = torch.einsum("hqk,bkd->bqhd", probs, x.reshape(b, h * w, d))
+            heads_out = torch.einsum("hqk,bkd->bqhd", self.attn_dropout(probs), x.reshape(b, h * w, d))
             probs = probs.unsqueeze(0)
         elif impl == "separable":
-            row, col = self.encoding.axis_logits(h, w)  # (heads, H, H), (heads, W, W)
-            row, col = row.to(x.dtype).softmax(-1), col.to(x.dtype).softmax(-1)
-            y = separable_attention_projection(x, row, col, self.proj.weight, self.proj.bias)
+            if dropout:
+                raise ValueError("impl='separable' cannot apply attention dropout; use 'shared' or 'auto'")
+            row, col = self._positional_axes(h, w, x.device, _softmax_dtype(x))
+            y = separable_attention_projection(
+                x, row.softmax(-1), col.softmax(-1), self.proj.weight, self.proj.bias
+            )
             return (y, self.probabilities(x)) if return_attention else y
-        else:  # sdpa
-            q = self._project(self.query, x)  # (B, heads, N, D)
-            bias = self._bias(q, h, w)  # (1|B, heads, N, N) or None
+        else:  # sdpa, in the softmax dtype: the float32 bias is not rounded to the autocast dtype
+            dtype = _softmax_dtype(x)
+            q, k = self._queries_keys(x)
+            bias = self._bias(q, k, h, w, dtype)  # (1|B, heads, N, N) or None
             v = x.reshape(b, 1, h * w, d).expand(b, self.heads, h * w, d)  # (B, heads, N, D)
-            if self.content:
-                k = self._project(self.key, x)  # (B, heads, N, D)
-                heads_out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-            else:  # no content logit: the bias alone
-                heads_out = bias.to(v.dtype).softmax(-1) @ v
+            p = self.attn_dropout.p if self.training else 0.0
+            with torch.autocast(x.device.type, enabled=False):
+                if self.content:
+                    heads_out = F.scaled_dot_product_attention(
+                        q.to(dtype), k.to(dtype), v.to(dtype), attn_mask=bias, dropout_p=p
+                    )
+                else:  # no content logit: the bias alone
+                    heads_out = F.dropout(bias.softmax(-1), p, self.training) @ v.to(dtype)
             heads_out = heads_out.transpose(1, 2)  # (B, N, heads, D)
         y = self.proj(heads_out.reshape(b, h, w, self.heads * d))  # (B, H, W, out_dim)
         if not return_attention:
@@ -168,6 +186,29 @@ class MultiHeadSelfAttention2d(nn.Module):
             probs = self.probabilities(x)
         return y, probs
 
+    @torch.no_grad()
+    def prune_heads(self, heads: list[int]) -> None:
+        """Remove ``heads`` (indices): their encoding parameters, projections and projection blocks."""
+        remove = set(heads)
+        if not remove <= set(range(self.heads)):
+            raise ValueError(f"heads to prune must be in 0..{self.heads - 1}, got {sorted(remove)}")
+        if len(remove) == self.heads:
+            raise ValueError(f"cannot prune all {self.heads} heads of a layer")
+        keep = torch.tensor([h for h in range(self.heads) if h not in remove])
+        d = self.dim
+        columns = (keep[:, None] * d + torch.arange(d)).flatten()  # the kept heads' blocks of heads * D
+        if self.encoding is not None:
+            self.encoding.select_heads(keep)
+        for name in ("query", "key"):
+            if hasattr(self, name):
+                setattr(self, name, _select_rows(getattr(self, name), columns))
+        proj = nn.Linear(len(columns), self.out_dim, bias=self.proj.bias is not None)
+        proj = proj.to(self.proj.weight.device, self.proj.weight.dtype)
+        proj.weight.copy_(self.proj.weight[:, columns.to(proj.weight.device)])
+        if proj.bias is not None:
+            proj.bias.copy_(self.proj.bias)
+        self.proj, self.heads = proj, len(keep)
+
     # ------------------------------------------------------------------ internals
 
     def _check_input(self, x: Tensor) -> tuple[int, int, int, int]:
@@ -175,16 +216,45 @@ class MultiHeadSelfAttention2d(nn.Module):
             raise ValueError(f"x must be (B, H, W, dim) channels-last, got shape {tuple(x.shape)}")
         if x.shape[-1] != self.dim:
             raise ValueError(f"x has {x.shape[-1]} channels in its last dim, the layer has dim={self.dim}")
+        weight = self.proj.weight
+        if not x.is_floating_point():
+            raise ValueError(f"x must be a floating-point tensor, got {x.dtype}")
+        if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
+            raise ValueError(
+                f"x is {x.dtype} but the layer's weights are {weight.dtype}: cast one to the other "
+                f"(x.to({weight.dtype}) or layer.to({x.dtype})), or run under torch.autocast"
+            )
         b, h, w, d = x.shape
         return b, h, w, d
 
-    def _bias(self, q: Tensor, h: int, w: int) -> Tensor | None:
-        """Every logit term but content: positional (+ composite query term); None if there is none."""
+    def _positional(self, h: int, w: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+        """The encoding's logits ``(heads, N, N)`` in ``dtype``, outside any autocast."""
+        with torch.autocast(device.type, enabled=False):
+            return self.encoding.logits(h, w).to(dtype)
+
+    def _positional_axes(
+        self, h: int, w: int, device: torch.device, dtype: torch.dtype
+    ) -> tuple[Tensor, Tensor]:
+        """The separable encoding's row and column logits in ``dtype``, outside any autocast."""
+        with torch.autocast(device.type, enabled=False):
+            row, col = self.encoding.axis_logits(h, w)
+            return row.to(dtype), col.to(dtype)
+
+    def _queries_keys(self, x: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        """Per-head queries and keys ``(B, heads, N, D)`` where the logits need them."""
+        q = self._project(self.query, x) if self.content or self.query_term else None
+        k = self._project(self.key, x) if self.content or self.key_term else None
+        return q, k
+
+    def _bias(self, q: Tensor | None, k: Tensor | None, h: int, w: int, dtype: torch.dtype) -> Tensor | None:
+        """Every logit term but content, in ``dtype``: positional (+ query / key terms); None if none."""
         if self.encoding is None:
             return None
-        bias = self.encoding.logits(h, w).unsqueeze(0).to(q.dtype)  # (1, heads, N, N)
+        bias = self._positional(h, w, q.device if q is not None else k.device, dtype).unsqueeze(0)
         if self.query_term:
-            bias = self.encoding.query_logits(q, h, w).add_(bias)  # (B, heads, N, N)
+            bias = self.encoding.query_logits(q, h, w).to(dtype).add_(bias)  # (B, heads, N, N)
+        if self.key_term:
+            bias = self.encoding.key_logits(k, h, w).to(dtype).add_(bias)
         return bias
 
     def _project(self, linear: nn.Linear, x: Tensor) -> Tensor:
@@ -196,5 +266,22 @@ class MultiHeadSelfAttention2d(nn.Module):
         enc = type(self.encoding).__name__ if self.encoding is not None else None
         return (
             f"dim={self.dim}, heads={self.heads}, out_dim={self.out_dim}, encoding={enc}, "
-            f"content={self.content}, query_term={self.query_term}, impl={self._impl}"
+            f"content={self.content}, query_term={self.query_term}, key_term={self.key_term}, "
+            f"impl={self._impl}"
         )
+
+
+def _softmax_dtype(x: Tensor) -> torch.dtype:
+    """float32 for float32, bfloat16 and float16 activations; float64 for float64."""
+    return torch.promote_types(x.dtype, torch.float32)
+
+
+def _select_rows(linear: nn.Linear, rows: Tensor) -> nn.Linear:
+    """A copy of ``linear`` keeping only the output features ``rows``."""
+    out = nn.Linear(linear.in_features, len(rows), bias=linear.bias is not None)
+    out = out.to(linear.weight.device, linear.weight.dtype)
+    rows = rows.to(linear.weight.device)
+    out.weight.copy_(linear.weight[rows])
+    if out.bias is not None:
+        out.bias.copy_(linear.bias[rows])
+    return out

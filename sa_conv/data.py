@@ -49,7 +49,7 @@ CIFAR10_CLASSES = (
     "truck",
 )
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
-CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+CIFAR10_STD = (0.2023, 0.1994, 0.2010)  # the paper's train.py (not the pixel std 0.247, 0.243, 0.261)
 IMAGE_SIZE = 32
 
 Source = Literal["auto", "torchvision", "folder", "synthetic"]

@@ -14,7 +14,6 @@ from torch import Tensor
 from torchmetrics.classification import MulticlassAccuracy
 
 from sa_conv import __version__
-from sa_conv.encodings import GaussianEncoding, QuadraticEncoding
 from sa_conv.models import create_model
 
 __all__ = ["CheckpointError", "ImageClassifier", "Schedule", "lr_factor", "read_checkpoint"]
@@ -138,14 +137,11 @@ class ImageClassifier(pl.LightningModule):
         self._step(batch, "test")
 
     def parameter_groups(self) -> list[dict[str, Any]]:
-        """Two groups: everything with weight decay, attention centres/spreads without."""
-        exempt: set[int] = set()
-        for module in self.backbone.modules():
-            if isinstance(module, QuadraticEncoding | GaussianEncoding):
-                exempt.update(id(p) for p in module.parameters())
-        params = [p for p in self.backbone.parameters() if p.requires_grad]
-        decay = [p for p in params if id(p) not in exempt]
-        no_decay = [p for p in params if id(p) in exempt]
+        """Two groups: everything with weight decay, and the backbone's ``no_weight_decay()`` without."""
+        exempt = self.backbone.no_weight_decay()
+        params = [(n, p) for n, p in self.backbone.named_parameters() if p.requires_grad]
+        decay = [p for n, p in params if n not in exempt]
+        no_decay = [p for n, p in params if n in exempt]
         groups = [{"params": decay, "weight_decay": self.hparams.weight_decay}]
         if no_decay:
             groups.append({"params": no_decay, "weight_decay": 0.0})

@@ -7,6 +7,10 @@ Span-based dynamic convolution: a K x K depthwise-separable convolution over the
 span-aware keys ``Ks``; the kernel of every pixel is ``softmax over the K*K taps of Linear(Ks * Q)``
 (one kernel per conv head, shared by its channels); it is applied to separately projected values over
 the pixel's K x K neighbourhood (``DynamicConv2d`` with the kernel predicted from ``Ks * Q``).
+
+Kernel: ConvBERT's 1D kernel is 9 tokens wide; the 2D default here is 3 x 3, the same 9 taps
+(``SAConfig.conv_kernel`` sets K). Init as ConvBERT's code: BERT's N(0, 0.02) for every linear layer
+(applied by the model) and for the key convolutions' weights, their bias zeros.
 """
 
 from __future__ import annotations
@@ -25,7 +29,14 @@ class MixedAttention2d(nn.Module):
     """Self-attention heads and span-based dynamic convolution heads side by side, on ``(B, H, W, dim)``."""
 
     def __init__(
-        self, dim: int, heads: int, *, head_ratio: int = 2, kernel_size: int = 3, attn_dropout: float = 0.0
+        self,
+        dim: int,
+        heads: int,
+        *,
+        head_ratio: int = 2,
+        kernel_size: int = 3,
+        attn_dropout: float = 0.0,
+        init_std: float = 0.02,
     ) -> None:
         super().__init__()
         if heads <= 0 or head_ratio <= 0 or heads % head_ratio or dim % heads:
@@ -47,6 +58,10 @@ class MixedAttention2d(nn.Module):
             dim, dim, kernel_size, padding=kernel_size // 2, groups=dim, bias=False
         )
         self.key_pointwise = nn.Conv2d(dim, width, 1)
+        with torch.no_grad():  # ConvBERT's SeparableConv1D init: weights N(0, 0.02^2), the bias zeros
+            self.key_depthwise.weight.normal_(0.0, init_std)
+            self.key_pointwise.weight.normal_(0.0, init_std)
+            self.key_pointwise.bias.zero_()
         # values of the conv heads and their dynamic kernels, predicted from Ks * Q
         self.conv_value = nn.Linear(dim, width)
         self.conv = DynamicConv2d(width, self.n, kernel_size)
@@ -63,7 +78,8 @@ class MixedAttention2d(nn.Module):
     def probabilities(self, x: Tensor) -> Tensor:
         """Attention probabilities of the self-attention heads ``(B, n, N, N)``."""
         q, k = self._heads(self.query(x)), self._heads(self.key(x))
-        return (q @ k.transpose(-1, -2) / math.sqrt(self.head_size)).softmax(-1)
+        logits = q @ k.transpose(-1, -2) / math.sqrt(self.head_size)  # (B, n, N, N)
+        return logits.to(torch.promote_types(logits.dtype, torch.float32)).softmax(-1)  # float32 softmax
 
     def span_kernel_context(self, x: Tensor) -> Tensor:
         """``Ks * Q`` in ``(B, width, H, W)``: what the dynamic kernels are predicted from."""

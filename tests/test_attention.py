@@ -21,10 +21,11 @@ def make(kind: str, dim: int = 8, heads: int = 3, **kw) -> MultiHeadSelfAttentio
         "content-only": lambda: None,
         "composite": lambda: CompositeRelativeEncoding(heads, dim, window=2),
         "composite-masked": lambda: CompositeRelativeEncoding(
-            heads, dim, window=1, mask=True, query_term=False
+            heads, dim, window=1, mask=True, query_term=False, init_std=1.0
         ),
+        "composite-key": lambda: CompositeRelativeEncoding(heads, dim, window=1, key_term=True, init_std=1.0),
     }[kind]()
-    content = kind.startswith("content") or kind == "composite"
+    content = kind.startswith("content") or kind in ("composite", "composite-key")
     return MultiHeadSelfAttention2d(dim, heads, encoding=enc, content=content, **kw)
 
 
@@ -44,16 +45,26 @@ def literal(layer: MultiHeadSelfAttention2d, x: torch.Tensor) -> torch.Tensor:
             bk = layer.key.bias[head * d : (head + 1) * d]
             q, k = xs @ wq.T + bq, xs @ wk.T + bk
             logit = logit + q @ k.transpose(1, 2) / d**0.5
-        if getattr(layer.encoding, "query_dependent", False):
+        if layer.encoding is not None and layer.encoding.query_dependent:
             wq = layer.query.weight[head * d : (head + 1) * d]
             q = (xs @ wq.T + layer.query.bias[head * d : (head + 1) * d])[:, None]  # (B, 1, N, D)
             logit = logit + layer.encoding.query_logits(q, h, w)[:, 0]
+        if layer.encoding is not None and layer.encoding.key_dependent:  # k_key . w'[clip(query - key)]
+            wk = layer.key.weight[head * d : (head + 1) * d]
+            keys = xs @ wk.T + layer.key.bias[head * d : (head + 1) * d]  # (B, N, D)
+            for qi in range(h * w):
+                for ki in range(h * w):
+                    dy = max(-1, min(1, qi // w - ki // w)) + 1
+                    dx = max(-1, min(1, qi % w - ki % w)) + 1
+                    logit[:, qi, ki] += keys[:, ki] @ layer.encoding.rel_key[dy, dx] / d**0.5
         outs.append(torch.softmax(logit, -1) @ xs)  # (B, N, D)
     cat = torch.cat(outs, dim=-1)  # (B, N, heads * D)
     return (cat @ layer.proj.weight.T + layer.proj.bias).reshape(b, h, w, -1)
 
 
-@pytest.mark.parametrize("kind", ["quadratic", "gaussian", "learned", "content", "content-only", "composite"])
+@pytest.mark.parametrize(
+    "kind", ["quadratic", "gaussian", "learned", "content", "content-only", "composite", "composite-key"]
+)
 def test_reference_equals_literal_formula(kind):
     layer = make(kind, impl="reference").eval()
     x = torch.randn(2, 4, 5, 8)
@@ -69,6 +80,7 @@ FAST = [
     ("content", "sdpa"),
     ("content-only", "sdpa"),
     ("composite", "sdpa"),
+    ("composite-key", "sdpa"),
     ("composite-masked", "shared"),
 ]
 
@@ -95,8 +107,9 @@ def test_fast_path_equals_reference(kind, impl, training):
     ("kind", "dropout", "training", "expected"),
     [
         ("quadratic", 0.0, True, "separable"),
-        ("quadratic", 0.1, True, "reference"),
+        ("quadratic", 0.1, True, "shared"),  # one dropped (heads, N, N) matrix for the batch
         ("quadratic", 0.1, False, "separable"),
+        ("learned", 0.1, True, "shared"),
         ("gaussian", 0.0, False, "shared"),
         ("learned", 0.0, False, "separable"),
         ("content", 0.0, False, "reference"),  # on CPU; "sdpa" on CUDA
@@ -178,3 +191,102 @@ def test_bad_input():
         layer(torch.randn(1, 4, 4, 7))
     with pytest.raises(ValueError, match="max_size"):
         make("learned")(torch.randn(1, 9, 4, 8))
+
+
+@pytest.mark.parametrize("kind", ["quadratic", "gaussian", "learned"])
+@pytest.mark.parametrize("impl", ["auto", "reference", "shared"])
+def test_positional_dropout_is_one_mask_for_the_batch(kind, impl):
+    layer = make(kind, dim=8, heads=3, attn_dropout=0.5, impl=impl).train()
+    image = torch.randn(1, 4, 4, 8)
+    x = torch.cat([image, torch.randn(1, 4, 4, 8), image])  # images 0 and 2 are the same
+    y = layer(x)
+    torch.testing.assert_close(y[0], y[2], rtol=0, atol=0)  # the same mask: the same output
+    assert not torch.allclose(y[0], layer.eval()(x)[0], atol=1e-3)  # and dropout did act
+
+
+def test_content_dropout_is_one_mask_per_image():
+    layer = make("content", dim=8, heads=3, attn_dropout=0.5).train()
+    image = torch.randn(1, 4, 4, 8)
+    y = layer(torch.cat([image, image]))
+    assert not torch.allclose(y[0], y[1], atol=1e-3)
+
+
+@pytest.mark.parametrize("kind", ["quadratic", "gaussian", "learned"])
+def test_shared_path_equals_reference_with_the_same_mask(kind):
+    ref = make(kind, dim=8, heads=3, attn_dropout=0.3, impl="reference").train()
+    fast = copy.deepcopy(ref)
+    fast.impl = "shared"
+    x = torch.randn(3, 5, 4, 8, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    torch.manual_seed(7)
+    y_ref = ref(x)
+    torch.manual_seed(7)
+    y_fast = fast(x2)
+    torch.testing.assert_close(y_fast, y_ref, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(y_ref, ref.eval()(x), atol=1e-3)
+    g = torch.randn_like(y_ref)
+    y_ref.backward(g)
+    y_fast.backward(g)
+    torch.testing.assert_close(x2.grad, x.grad, rtol=1e-5, atol=1e-5)
+    for (name, p_ref), p_fast in zip(ref.named_parameters(), fast.parameters(), strict=True):
+        torch.testing.assert_close(p_fast.grad, p_ref.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_separable_refuses_dropout_in_training():
+    layer = make("quadratic", attn_dropout=0.1, impl="separable").train()
+    with pytest.raises(ValueError, match="cannot apply attention dropout"):
+        layer(torch.randn(1, 4, 4, 8))
+    layer.eval()(torch.randn(1, 4, 4, 8))  # evaluation has no dropout
+
+
+@pytest.mark.parametrize("impl", ["reference", "shared", "separable"])
+@pytest.mark.parametrize("alpha", [8.0, 20.0, 46.0])
+def test_sharp_heads_keep_float32_probabilities_under_bf16_autocast(impl, alpha):
+    heads = 4
+    enc = QuadraticEncoding(heads).set_(
+        torch.tensor([[0.3, -1.7], [2.5, 0.5], [-0.4, 1.2], [1.5, 1.5]]), alpha
+    )
+    layer = MultiHeadSelfAttention2d(8, heads, encoding=enc, impl=impl).eval()
+    x = torch.randn(2, 6, 7, 8)
+    _, p32 = layer(x, return_attention=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y16, p16 = layer(x.bfloat16(), return_attention=True)
+    assert p16.dtype == torch.float32
+    torch.testing.assert_close(p16, p32, rtol=0, atol=1e-3)
+    torch.testing.assert_close(y16.float(), layer(x), rtol=0.05, atol=0.05)  # the products in bf16
+
+
+def test_content_softmax_in_float32_under_autocast():
+    layer = make("content", impl="reference").eval()
+    with torch.no_grad():
+        layer.encoding.row.mul_(40)  # sharp positional logits on top of the content term
+    x = torch.randn(2, 4, 4, 8)
+    p32 = layer.probabilities(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        p16 = layer.probabilities(x)
+    assert p16.dtype == torch.float32
+    torch.testing.assert_close(p16, p32, rtol=0, atol=0.05)  # the content term is a bf16 product
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.int64])
+def test_input_dtype_mismatch_is_one_clear_error(dtype):
+    layer = make("quadratic")
+    x = torch.randn(1, 4, 4, 8).to(dtype)
+    with pytest.raises(ValueError, match=r"x is torch|floating-point"):
+        layer(x)
+
+
+@pytest.mark.parametrize("kind", ["quadratic", "gaussian", "learned", "content", "composite"])
+def test_pruning_heads_equals_zeroing_their_projection_blocks(kind):
+    layer = make(kind, dim=8, heads=4, impl="reference").eval()
+    x = torch.randn(2, 4, 5, 8)
+    zeroed = copy.deepcopy(layer)
+    with torch.no_grad():
+        for head in (1, 3):
+            zeroed.proj.weight[:, head * 8 : (head + 1) * 8] = 0
+    expected = zeroed(x)
+    layer.prune_heads([1, 3])
+    assert layer.heads == 2 and layer.proj.in_features == 16 and layer.encoding.heads == 2
+    torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="cannot prune all"):
+        layer.prune_heads([0, 1])

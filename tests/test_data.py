@@ -40,9 +40,8 @@ def test_synthetic_module_splits_and_normalizes():
     images, labels = next(iter(dm.train_dataloader()))
     assert images.shape == (32, 3, 32, 32) and labels.shape == (32,)
     out, _ = dm.on_after_batch_transfer((images, labels), 0)  # no trainer: no augmentation
-    expected = (images.float() / 255 - torch.tensor([0.4914, 0.4822, 0.4465])[:, None, None]) / torch.tensor(
-        [0.2470, 0.2435, 0.2616]
-    )[:, None, None]
+    mean, std = torch.tensor([0.4914, 0.4822, 0.4465]), torch.tensor([0.2023, 0.1994, 0.2010])  # train.py's
+    expected = (images.float() / 255 - mean[:, None, None]) / std[:, None, None]
     torch.testing.assert_close(out, expected)
 
 

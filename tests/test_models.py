@@ -92,3 +92,79 @@ def test_every_parameter_gets_a_gradient(name):
     model(torch.randn(2, 3, 32, 32)).logsumexp(-1).sum().backward()
     for pname, p in model.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, pname
+
+
+def linears(model: torch.nn.Module) -> list[torch.nn.Linear]:
+    return [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+
+
+@pytest.mark.parametrize("name", ["quadratic", "gaussian", "learned", "learned-content"])
+def test_paper_models_keep_pytorchs_default_init(name):
+    torch.manual_seed(0)
+    model = create_model(name, layers=2, hidden=64, heads=3, ffn=32)
+    for layer in linears(model):
+        bound = 1 / layer.in_features**0.5  # kaiming_uniform(a=sqrt 5) and the default bias init
+        assert layer.weight.abs().max() <= bound and layer.weight.std() > 0.8 * bound / 3**0.5
+        assert layer.bias.abs().max() <= bound and layer.bias.abs().max() > 0.5 * bound  # not zeros
+    if name.startswith("learned"):
+        enc = model.blocks[0].attention.encoding
+        assert enc.row.std().item() == pytest.approx(1.0, abs=0.1)  # nn.Embedding: N(0, 1)
+        assert enc.key_row.abs().max() <= 1 / 64**0.5  # default Linear(hidden, heads, bias=False)
+
+
+def test_learned_relative_attention_is_not_uniform_at_init():
+    """The paper's init gives the learned heads positional logits of order 1; BERT's init gives ~0."""
+    spread = {}
+    for init in ("paper", "bert"):
+        torch.manual_seed(0)
+        model = create_model("learned", layers=1, hidden=400, heads=9, init=init)
+        logits = model.blocks[0].attention.encoding.logits(16, 16)
+        spread[init] = logits.std().item()
+    assert spread["paper"] > 0.3 and spread["bert"] < 0.05
+
+
+def test_bert_init_is_a_named_option():
+    torch.manual_seed(0)
+    model = create_model("quadratic", layers=2, hidden=64, heads=3, ffn=32, init="bert")
+    weights = torch.cat([layer.weight.flatten() for layer in linears(model)])
+    assert weights.std().item() == pytest.approx(0.02, rel=0.05)
+    assert all(torch.count_nonzero(layer.bias) == 0 for layer in linears(model))
+    with pytest.raises(ValueError, match="init must be"):
+        create_model("quadratic", init="xavier")
+
+
+def test_related_systems_init_as_their_code():
+    torch.manual_seed(0)
+    composite = create_model("composite", layers=1, hidden=64, heads=3, ffn=32)
+    enc = composite.blocks[0].attention.encoding
+    assert torch.count_nonzero(enc.bias) == 0  # Chang et al.: the bias table starts at zeros
+    bound = 1 / 15  # Kaiming-uniform over the 15 x 15 relative positions of window 7
+    assert enc.rel.abs().max() <= bound and enc.rel.abs().max() > 0.9 * bound
+    assert linears(composite)[0].weight.std().item() == pytest.approx(0.02, rel=0.1)  # BERT init
+    mixed = create_model("mixed", layers=1, hidden=64, heads=4, ffn=32).blocks[0].attention
+    assert mixed.key_depthwise.weight.std().item() == pytest.approx(0.02, rel=0.15)  # ConvBERT's init
+    assert mixed.key_pointwise.weight.std().item() == pytest.approx(0.02, rel=0.1)
+    assert torch.count_nonzero(mixed.key_pointwise.bias) == 0
+
+
+def test_mixed_attention_is_not_position_blind():
+    """ConvBERT adds absolute position embeddings: on a constant image the attention still varies."""
+    model = create_model("mixed", layers=1, hidden=64, heads=4, ffn=32).eval()
+    assert model.position.shape == (16, 16, 64)
+    with torch.no_grad():
+        model.position.mul_(50)  # as after training: BERT's N(0, 0.02) init is nearly silent
+    probs = model.attention_maps(torch.ones(1, 3, 32, 32))[0]  # (1, 2, 256, 256)
+    assert probs.std(-1).max() > 2e-5
+    blind = create_model("mixed", layers=1, hidden=64, heads=4, ffn=32, absolute_position=False).eval()
+    uniform = blind.attention_maps(torch.ones(1, 3, 32, 32))[0]
+    assert uniform.std(-1).max() < 1e-9  # every token alike: exactly uniform attention
+
+
+def test_pruned_model_rebuilds_from_its_config():
+    model = create_model("gaussian", layers=2, hidden=16, heads=4, ffn=8).eval()
+    images = torch.randn(2, 3, 32, 32)
+    model.prune_heads({0: [1], 1: [0, 3]})
+    assert model.config.layer_heads == (3, 2)
+    twin = SAClassifier(model.config)
+    twin.load_state_dict(model.state_dict())
+    torch.testing.assert_close(twin.eval()(images), model(images))

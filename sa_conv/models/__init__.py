@@ -28,11 +28,18 @@ MODELS: dict[str, tuple[type, dict[str, Any], Callable[[Any], nn.Module]]] = {
     "gaussian": (SAConfig, {"encoding": "gaussian"}, SAClassifier),
     "learned": (SAConfig, {"encoding": "learned"}, SAClassifier),
     "learned-content": (SAConfig, {"encoding": "learned", "content": True}, SAClassifier),
-    # related systems on the same bench
-    "composite": (SAConfig, {"encoding": "composite", "content": True}, SAClassifier),
+    # related systems on the same bench, initialized as their own code (BERT's N(0, 0.02))
+    "composite": (SAConfig, {"encoding": "composite", "content": True, "init": "bert"}, SAClassifier),
     "mixed": (
         SAConfig,
-        {"encoding": "none", "content": True, "attention": "mixed", "heads": 8},
+        {
+            "encoding": "none",
+            "content": True,
+            "attention": "mixed",
+            "heads": 8,
+            "init": "bert",
+            "absolute_position": True,  # ConvBERT adds learned absolute position embeddings to its inputs
+        },
         SAClassifier,
     ),
 }

@@ -79,3 +79,7 @@ class ResNet18(nn.Module):
             raise ValueError(f"images must be (B, {c}, H, W), got shape {tuple(images.shape)}")
         x = self.layers(self.stem(images))  # (B, 512, 4, 4)
         return self.fc(self.pool(x).flatten(1))  # (B, classes)
+
+    def no_weight_decay(self) -> set[str]:
+        """Names of parameters exempt from weight decay: none (the paper's ResNet18 decays all)."""
+        return set()

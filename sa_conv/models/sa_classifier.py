@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -10,34 +11,30 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sa_conv.attention import Impl, MultiHeadSelfAttention2d
-from sa_conv.encodings import (
-    CompositeRelativeEncoding,
-    GaussianEncoding,
-    LearnedRelativeEncoding,
-    PositionalEncoding,
-    QuadraticEncoding,
-)
+from sa_conv.encodings import ENCODINGS, PositionalEncoding
 from sa_conv.mixed import MixedAttention2d
 
 __all__ = ["SABlock", "SAClassifier", "SAConfig"]
 
-EncodingName = Literal["quadratic", "gaussian", "learned", "composite", "none"]
 AttentionName = Literal["mhsa", "mixed"]
+InitName = Literal["paper", "bert"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class SAConfig:
-    """One configuration of the SA classifier; defaults are the paper's (Table 2)."""
+    """One configuration of the SA classifier; defaults are the paper's (Table 2 and its code)."""
 
-    encoding: EncodingName = "quadratic"
-    content: bool = False
+    encoding: str = "quadratic"  # a name of sa_conv.encodings.ENCODINGS, or "none" (content only)
+    content: bool = False  # add content attention q . k / sqrt(hidden) to the logits
     attention: AttentionName = "mhsa"  # "mixed": ConvBERT's attention + span-based conv heads
     window: int = 7  # composite: relative shifts clipped (or masked) to [-window, window]^2
     window_mask: bool = False  # composite: mask shifts beyond the window instead of clipping
+    key_term: bool = False  # composite: also the key-dependent term k . w'[-delta] (Chang et al.'s convk)
     head_ratio: int = 2  # mixed: heads / head_ratio attention heads and as many conv heads
-    conv_kernel: int = 3  # mixed: K of the K x K span-based dynamic convolution
+    conv_kernel: int = 3  # mixed: K of the K x K span-based dynamic convolution (ConvBERT: 9 in 1D)
     layers: int = 6
     heads: int = 9
+    layer_heads: tuple[int, ...] | None = None  # heads of each layer, if they differ (pruned models)
     hidden: int = 400
     ffn: int = 512
     pool: int = 2  # pixel concatenation: pool x pool pixels -> one token
@@ -47,22 +44,36 @@ class SAConfig:
     dropout: float = 0.1  # hidden-state dropout
     attn_dropout: float = 0.1  # dropout on attention probabilities
     layer_norm_eps: float = 1e-12
-    init_std: float = 0.02  # BERT initializer range
+    init: InitName = "paper"  # paper: PyTorch's defaults, as the paper's BertImage; bert: N(0, init_std)
+    init_std: float = 0.02  # BERT's initializer range (init="bert")
+    absolute_position: bool = False  # add a learned absolute position embedding to the tokens (ConvBERT)
     impl: Impl = "auto"
 
     def __post_init__(self) -> None:
-        for name in ("layers", "heads", "hidden", "ffn", "pool", "image_size", "num_classes"):
+        for name in ("layers", "heads", "hidden", "ffn", "pool", "image_size", "in_channels", "num_classes"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.encoding not in ("quadratic", "gaussian", "learned", "composite", "none"):
+        if self.encoding != "none" and self.encoding not in ENCODINGS:
             raise ValueError(
-                f"encoding must be quadratic, gaussian, learned, composite or none, got {self.encoding!r}"
+                f"encoding must be one of {', '.join([*ENCODINGS, 'none'])}, got {self.encoding!r}"
             )
         if self.attention not in ("mhsa", "mixed"):
             raise ValueError(f"attention must be mhsa or mixed, got {self.attention!r}")
-        if self.encoding == "none" and not self.content:
+        if self.init not in ("paper", "bert"):
+            raise ValueError(f"init must be paper or bert, got {self.init!r}")
+        if self.encoding == "none" and not self.content and self.attention == "mhsa":
             raise ValueError("encoding='none' needs content=True")
+        for name in ("dropout", "attn_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.layer_heads is not None and (
+            len(self.layer_heads) != self.layers
+            or any(not isinstance(h, int) or h <= 0 for h in self.layer_heads)
+        ):
+            raise ValueError(
+                f"layer_heads must be {self.layers} positive integers (one per layer), got {self.layer_heads}"
+            )
         if self.attention == "mixed" and (self.heads % self.head_ratio or self.hidden % self.heads):
             raise ValueError(
                 f"mixed attention needs heads divisible by head_ratio={self.head_ratio} and hidden by heads, "
@@ -76,46 +87,44 @@ class SAConfig:
         """Side of the token grid."""
         return self.image_size // self.pool
 
+    @property
+    def heads_per_layer(self) -> tuple[int, ...]:
+        """Attention heads of every layer."""
+        return self.layer_heads or (self.heads,) * self.layers
+
     def to_dict(self) -> dict:
         """Plain dict (for hyper-parameters and JSON)."""
         return asdict(self)
 
 
-def make_encoding(config: SAConfig) -> PositionalEncoding | None:
-    """The positional encoding of one layer, or None for content-only attention."""
-    if config.encoding == "quadratic":
-        return QuadraticEncoding(config.heads)
-    if config.encoding == "gaussian":
-        return GaussianEncoding(config.heads)
-    if config.encoding == "learned":
-        return LearnedRelativeEncoding(config.heads, config.hidden, max_size=config.grid)
-    if config.encoding == "composite":
-        return CompositeRelativeEncoding(
-            config.heads, config.hidden, window=config.window, mask=config.window_mask
-        )
-    return None
+def make_encoding(config: SAConfig, heads: int) -> PositionalEncoding | None:
+    """The positional encoding of one layer with ``heads`` heads, or None for content-only attention."""
+    if config.encoding == "none":
+        return None
+    return ENCODINGS[config.encoding].from_config(dataclasses.replace(config, heads=heads, layer_heads=None))
 
 
 class SABlock(nn.Module):
     """Post-LayerNorm BERT block: attention sublayer, then the feed-forward sublayer."""
 
-    def __init__(self, config: SAConfig) -> None:
+    def __init__(self, config: SAConfig, heads: int) -> None:
         super().__init__()
         d = config.hidden
         self.attention: MultiHeadSelfAttention2d | MixedAttention2d
         if config.attention == "mixed":
             self.attention = MixedAttention2d(
                 d,
-                config.heads,
+                heads,
                 head_ratio=config.head_ratio,
                 kernel_size=config.conv_kernel,
                 attn_dropout=config.attn_dropout,
+                init_std=config.init_std,
             )
         else:
             self.attention = MultiHeadSelfAttention2d(
                 d,
-                config.heads,
-                encoding=make_encoding(config),
+                heads,
+                encoding=make_encoding(config, heads),
                 content=config.content,
                 attn_dropout=config.attn_dropout,
                 impl=config.impl,
@@ -138,17 +147,29 @@ class SABlock(nn.Module):
 
 
 class SAClassifier(nn.Module):
-    """Images ``(B, 3, 32, 32)`` -> logits ``(B, classes)`` through a stack of 2D SA blocks."""
+    """Images ``(B, 3, 32, 32)`` -> logits ``(B, classes)`` through a stack of 2D SA blocks.
+
+    Init ``paper`` (the default) keeps PyTorch's default init of every layer, as the paper's
+    ``BertImage`` does (it never applies BERT's init); the encodings init as the paper's code (see
+    each class). Init ``bert`` draws every linear weight from N(0, init_std^2) with zero biases (and
+    the learned tables from the same), as BERT, ConvBERT and Chang et al.'s code do.
+    """
 
     def __init__(self, config: SAConfig) -> None:
         super().__init__()
         self.config = config
+        g = config.grid
         self.embed = nn.Linear(config.in_channels * config.pool**2, config.hidden)
-        self.blocks = nn.ModuleList(SABlock(config) for _ in range(config.layers))
+        self.position = nn.Parameter(torch.empty(g, g, config.hidden)) if config.absolute_position else None
+        self.blocks = nn.ModuleList(SABlock(config, heads) for heads in config.heads_per_layer)
         self.head = nn.Linear(config.hidden, config.num_classes)
-        self.apply(self._init_weights)
+        bert = config.init == "bert"
+        if bert:
+            self.apply(self._bert_init)
+        if self.position is not None:  # an nn.Embedding: N(0, 1), or BERT's N(0, init_std^2)
+            nn.init.normal_(self.position, std=config.init_std if bert else 1.0)
 
-    def _init_weights(self, module: nn.Module) -> None:
+    def _bert_init(self, module: nn.Module) -> None:
         if isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, std=self.config.init_std)
             if module.bias is not None:
@@ -160,7 +181,8 @@ class SAClassifier(nn.Module):
         if images.ndim != 4 or images.shape[1] != c or images.shape[-2:] != (s, s):
             raise ValueError(f"images must be (B, {c}, {s}, {s}), got shape {tuple(images.shape)}")
         x = F.pixel_unshuffle(images, self.config.pool)  # (B, C * p * p, h, w)
-        return self.embed(x.permute(0, 2, 3, 1))  # (B, h, w, hidden)
+        x = self.embed(x.permute(0, 2, 3, 1))  # (B, h, w, hidden)
+        return x if self.position is None else x + self.position
 
     def forward(self, images: Tensor) -> Tensor:
         x = self.tokens(images)
@@ -181,3 +203,26 @@ class SAClassifier(nn.Module):
     def attention_layers(self) -> list[MultiHeadSelfAttention2d | MixedAttention2d]:
         """The attention layer of every block, in order."""
         return [block.attention for block in self.blocks]
+
+    def encodings(self) -> list[PositionalEncoding | None]:
+        """The positional encoding of every layer (None for content-only or mixed attention)."""
+        return [getattr(layer, "encoding", None) for layer in self.attention_layers()]
+
+    def no_weight_decay(self) -> set[str]:
+        """Names of the parameters the paper's code exempts from weight decay (centres and spreads)."""
+        names = set()
+        for i, encoding in enumerate(self.encodings()):
+            if encoding is not None and not encoding.weight_decay:
+                prefix = f"blocks.{i}.attention.encoding."
+                names.update(prefix + name for name, _ in encoding.named_parameters())
+        return names
+
+    @torch.no_grad()
+    def prune_heads(self, heads: dict[int, list[int]]) -> None:
+        """Remove heads ``{layer index: [head indices]}`` from their layers (and the config)."""
+        counts = list(self.config.heads_per_layer)
+        for i, remove in heads.items():
+            if remove:
+                self.blocks[i].attention.prune_heads(remove)
+                counts[i] = self.blocks[i].attention.heads
+        self.config = dataclasses.replace(self.config, layer_heads=tuple(counts))

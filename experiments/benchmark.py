@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.utils import benchmark as tbench
 
-from experiments.cli import ArgumentParser, hardware, main_guard, write_json_atomic
+from experiments.cli import ArgumentParser, main_guard
 from sa_conv.attention import MultiHeadSelfAttention2d
 from sa_conv.data import CIFAR10_MEAN, CIFAR10_STD, random_crop_flip
 from sa_conv.encodings import (
@@ -30,7 +30,9 @@ from sa_conv.encodings import (
     LearnedRelativeEncoding,
     QuadraticEncoding,
 )
+from sa_conv.files import write_json
 from sa_conv.models import create_model
+from sa_conv.training import hardware
 
 BASELINE = (
     "reference: dense float32 probabilities (heads, N, N) shared by the batch, "
@@ -298,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     print_report(report)
     if args.json:
-        write_json_atomic(args.json, report)
+        write_json(args.json, report)
     return 0
 
 

@@ -1,22 +1,38 @@
-"""Shared command-line plumbing: one-line errors, a parser that fails in one line, atomic writes."""
+"""What the command-line programs share: flags derived from config dataclasses, and one guard that turns
+every expected failure into one line on stderr and a non-zero exit (``--debug`` shows the traceback)."""
 
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
+import inspect
 import logging
-import os
-import platform
+import math
+import re
 import sys
-import tempfile
+import typing
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
-import torch
+from sa_conv.config import field_types
 
-__all__ = ["ArgumentParser", "UserError", "hardware", "main_guard", "write_json_atomic", "write_text_atomic"]
+__all__ = [
+    "DEFAULT_DATA_DIR",
+    "ArgumentParser",
+    "UserError",
+    "add_config_flags",
+    "check_data_dir",
+    "data_flags",
+    "datamodule_from_flags",
+    "datamodule_of_checkpoint",
+    "flag",
+    "main_guard",
+    "positive_int",
+]
+
+DEFAULT_DATA_DIR = Path("data/cifar10")  # where torchvision downloads CIFAR-10 when no --data-dir is given
 
 
 class UserError(RuntimeError):
@@ -30,96 +46,249 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def flag(name: str) -> str:
+    """The command-line flag of a config field: ``batch_size`` -> ``--batch-size``."""
+    return "--" + name.replace("_", "-")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+
+
+def _float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if math.isnan(value):
+        raise argparse.ArgumentTypeError("nan is not a number here")
+    return value
+
+
+def _count_or_fraction(text: str) -> int | float:
+    """``"20"`` -> 20 batches; ``"0.5"`` or ``"1.0"`` -> a fraction of the epoch (Lightning's meanings)."""
+    return _int(text) if re.fullmatch(r"[+-]?\d+", text) else _float(text)
+
+
+def _parser_for(hint: Any) -> tuple[Callable[[str], Any], dict[str, Any]]:
+    """argparse ``type`` and extra keywords for a field type."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, __import__("types").UnionType):
+        rest = [a for a in args if a is not type(None)]
+        if set(rest) == {int, float}:
+            inner: Callable[[str], Any] = _count_or_fraction
+            extra: dict[str, Any] = {}
+        else:
+            inner, extra = _parser_for(rest[0])
+        if type(None) not in args:
+            return inner, extra
+
+        def optional(text: str) -> Any:
+            return None if text.lower() == "none" else inner(text)
+
+        return optional, extra
+    if origin is Literal:
+        return type(args[0]), {"choices": list(args)}
+    if origin is tuple:
+        item, _ = _parser_for(args[0])
+        return item, {"nargs": "+"}
+    return {int: _int, float: _float, str: str, Path: Path}.get(hint, str), {}
+
+
+def _field_help(cls: type) -> dict[str, str]:
+    """Each field's trailing ``# comment`` in the dataclass source: its --help text."""
+    helps: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        try:
+            source = inspect.getsource(klass)
+        except (OSError, TypeError):
+            continue
+        for match in re.finditer(r"^\s+(\w+): [^#\n]*#\s*(.+)$", source, flags=re.MULTILINE):
+            helps[match.group(1)] = match.group(2).strip()
+    return helps
+
+
+def add_config_flags(
+    parser: argparse._ActionsContainer,
+    cls: type,
+    defaults: Mapping[str, Any],
+    *,
+    skip: tuple[str, ...] = (),
+    loose: bool = False,
+) -> list[str]:
+    """One flag per field of the dataclass ``cls`` (``--field-name``), its default (``defaults``, else
+    the field's own) shown in --help.
+
+    Booleans get ``--x`` / ``--no-x``, ``X | None`` accepts ``none``, tuples take several values,
+    ``Literal`` fields list their choices. ``loose``: the flags only, values kept as strings and flags
+    the parser has already skipped (to find the positional arguments among any model's flags). Returns
+    the field names added.
+    """
+    helps = _field_help(cls)
+    own = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    added = []
+    for name, hint in field_types(cls).items():
+        if name in skip:
+            continue
+        default = defaults.get(name, own.get(name))
+        text = helps.get(name, "")
+        shown = " ".join(map(str, default)) if isinstance(default, tuple | list) else default
+        text = f"{text} (default: {shown})" if text else f"(default: {shown})"
+        if loose and flag(name) in parser._option_string_actions:
+            continue
+        if hint is bool:
+            parser.add_argument(
+                flag(name), dest=name, action=argparse.BooleanOptionalAction, default=default, help=text
+            )
+        elif loose:
+            parser.add_argument(flag(name), dest=name, nargs=_parser_for(hint)[1].get("nargs"))
+        else:
+            kind, extra = _parser_for(hint)
+            metavar = None if "choices" in extra else name.upper()
+            parser.add_argument(
+                flag(name), dest=name, type=kind, default=default, help=text, metavar=metavar, **extra
+            )
+        added.append(name)
+    return added
+
+
+def data_flags(group: argparse._ActionsContainer, *, default_note: str | None = None) -> None:
+    """``--data-dir``, ``--synthetic`` and ``--synthetic-size``."""
+    note = default_note or f"download CIFAR-10 to {DEFAULT_DATA_DIR}"
+    group.add_argument(
+        "--data-dir",
+        type=Path,
+        help=f"an ImageFolder tree (train/, test/) or a torchvision CIFAR-10 root (default: {note})",
+    )
+    group.add_argument("--synthetic", action="store_true", help="synthetic images (smoke runs, tests)")
+    group.add_argument(
+        "--synthetic-size", type=positive_int, default=512, help="synthetic training images (default: 512)"
+    )
+
+
+def check_data_dir(path: Path) -> None:
+    """A given --data-dir must be an existing, non-empty folder."""
+    if not path.exists():
+        raise UserError(f"--data-dir {path} does not exist")
+    if not path.is_dir():
+        raise UserError(f"--data-dir {path} is a file, not a folder")
+    if not any(path.iterdir()):
+        raise UserError(f"--data-dir {path} is empty")
+
+
+def datamodule_from_flags(args: argparse.Namespace, config: Any) -> Any:
+    """The data module of a run config over the data the flags name."""
+    from sa_conv.training import datamodule_for
+
+    if args.data_dir is not None:
+        check_data_dir(args.data_dir)
+    return datamodule_for(
+        config,
+        data_dir=args.data_dir or DEFAULT_DATA_DIR,
+        synthetic=args.synthetic,
+        synthetic_size=args.synthetic_size,
+    )
+
+
+def datamodule_of_checkpoint(ckpt: dict[str, Any], args: argparse.Namespace, *, batch_size: int) -> Any:
+    """The data a checkpoint was trained on (its folder, split and seed), unless the flags name other data."""
+    from sa_conv.data import CIFAR10DataModule
+
+    trained = ckpt.get("datamodule_hyper_parameters") or {}
+    synthetic = args.synthetic or (args.data_dir is None and trained.get("source") == "synthetic")
+    data_dir = args.data_dir
+    if data_dir is not None:
+        check_data_dir(data_dir)
+    elif not synthetic and trained.get("data_dir"):
+        data_dir = Path(trained["data_dir"])
+        if not data_dir.is_dir():
+            raise UserError(f"the checkpoint was trained on {data_dir}, which is not here: pass --data-dir")
+    return CIFAR10DataModule(
+        data_dir=data_dir or DEFAULT_DATA_DIR,
+        source="synthetic" if synthetic else "auto",
+        batch_size=batch_size,
+        eval_batch_size=batch_size,
+        val_size=trained.get("val_size", 5000),
+        protocol=trained.get("protocol", "clean"),
+        synthetic_size=trained.get("synthetic_size", args.synthetic_size),
+        seed=trained.get("seed", 0),
+    )
+
+
 def _user_errors() -> tuple[type[BaseException], ...]:
     from lightning_fabric.utilities.exceptions import MisconfigurationException
 
+    from sa_conv.checkpointing import CheckpointError
     from sa_conv.data import DataError
-    from sa_conv.lit import CheckpointError
 
     return (
         UserError,
         ValueError,
-        TypeError,
         DataError,
         CheckpointError,
         FloatingPointError,
-        FileNotFoundError,
+        OSError,  # file system: a missing, unwritable or full path
         MisconfigurationException,
     )
 
 
-def main_guard(main: Callable[[list[str] | None], int | None]) -> Callable[[list[str] | None], int]:
-    """Run ``main(argv)``; known user errors print ``error: ...`` in one line and exit 1.
+def _message(err: BaseException) -> str:
+    if isinstance(err, OSError) and err.strerror:
+        return f"{err.strerror}: {err.filename}" if err.filename else err.strerror
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
-    ``--debug`` anywhere on the command line shows the full traceback instead.
-    """
+
+def main_guard(main: Callable[[list[str] | None], int | None]) -> Callable[[list[str] | None], int]:
+    """Run ``main(argv)``; expected failures print ``error: ...`` in one line and return 1 (an interrupted
+    run: 130 after Ctrl-C, 143 after SIGTERM). ``--debug`` anywhere shows the full traceback instead."""
 
     def wrapped(argv: list[str] | None = None) -> int:
+        from sa_conv.training import RunInterruptedError
+
         quiet_libraries()
         argv = list(sys.argv[1:] if argv is None else argv)
         debug = "--debug" in argv
         try:
             return main([a for a in argv if a != "--debug"]) or 0
+        except RunInterruptedError as err:
+            if debug:
+                raise
+            print(f"error: {err}; resume with the same command and --resume", file=sys.stderr)
+            return 130 if err.signal == "SIGINT" else 143
         except _user_errors() as err:
             if debug:
                 raise
-            message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            print(f"error: {message}", file=sys.stderr)
+            print(f"error: {_message(err)}", file=sys.stderr)
             return 1
         except KeyboardInterrupt:
             print("error: interrupted", file=sys.stderr)
             return 130
+        except SystemExit as exit_:  # argparse: --help (0) or a one-line usage error (2)
+            code = exit_.code
+            return code if isinstance(code, int) else (0 if code is None else 1)
 
     return wrapped
 
 
 def quiet_libraries() -> None:
-    """Silence library chatter that says nothing about the run (tips, a known deprecation)."""
+    """Silence library chatter that says nothing about the run (tips, known deprecations)."""
     warnings.filterwarnings("ignore", message=r".*LeafSpec.*")
     warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=r".*litlogger.*|.*litmodels.*")
+    warnings.filterwarnings("ignore", message=r".*flops_per_batch.*")
+    warnings.filterwarnings("ignore", message=r".*is smaller than the logging interval.*")
     logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(
         lambda record: "Tip:" not in record.getMessage()
     )
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and ``os.replace``: never half-written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to ``path`` atomically (see ``write_text_atomic``)."""
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def hardware() -> dict[str, Any]:
-    """The machine a number came from."""
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        names = [
-            line.split(":", 1)[1].strip()
-            for line in cpuinfo.read_text().splitlines()
-            if line.startswith("model name")
-        ]
-        cpu = names[0] if names else cpu
-    info: dict[str, Any] = {
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "platform": platform.platform(),
-    }
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-        info["gpu_count"] = torch.cuda.device_count()
-    return info

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from experiments.cli import ArgumentParser, UserError, main_guard
+from experiments.cli import ArgumentParser, UserError, main_guard, positive_int
 from sa_conv.conversion import conv_to_attention
 
 
@@ -30,8 +30,8 @@ def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="python -m experiments.convert", description=__doc__.splitlines()[0])
     conv = parser.add_argument_group("the random convolution")
     conv.add_argument("--dims", type=int, choices=(1, 2), default=2)
-    conv.add_argument("--in-channels", type=int, default=8)
-    conv.add_argument("--out-channels", type=int, default=16)
+    conv.add_argument("--in-channels", type=positive_int, default=8)
+    conv.add_argument("--out-channels", type=positive_int, default=16)
     conv.add_argument("--kernel-size", type=_ints, default=3, help="K or Kh,Kw")
     conv.add_argument("--stride", type=_ints, default=1)
     conv.add_argument("--padding", type=_padding, default=1, help="P, Ph,Pw, same or valid")
@@ -41,8 +41,8 @@ def build_parser() -> ArgumentParser:
         "--padding-mode", default="zeros", choices=("zeros", "reflect", "replicate", "circular")
     )
     conv.add_argument("--no-bias", action="store_true")
-    conv.add_argument("--size", type=int, default=16, help="input height and width (length in 1D)")
-    conv.add_argument("--batch", type=int, default=4)
+    conv.add_argument("--size", type=positive_int, default=16, help="input height and width (length in 1D)")
+    conv.add_argument("--batch", type=positive_int, default=4)
     check = parser.add_argument_group("the check")
     check.add_argument("--alpha", type=float, default=46.0, help="quadratic encoding sharpness (paper: 46)")
     check.add_argument("--tolerance", type=float, default=1e-5, help="max relative error to PASS")
@@ -130,16 +130,17 @@ def check_checkpoint(args) -> tuple[nn.Module, Tensor]:
 
 def save_conversion_figure(conv: nn.Module, attention: nn.Module, x: Tensor, path: Path) -> None:
     """The kernel, the heads' centres on its grid, and their attention at a central query."""
-    from experiments.figures import save_png
     from sa_conv.conversion import dense_kernel
+    from sa_conv.files import save_png
     from sa_conv.viz import conversion_figure
 
     if x.ndim != 4:
         raise UserError("--figure draws 2D convolutions only")
+    if path.is_dir() or path.suffix.lower() != ".png":
+        raise UserError(f"--figure {path} must be a .png file path")
     side = 2 * int(attention.centres.abs().max()) + 3  # the receptive field around a central query
     grid = torch.zeros(1, side, side, conv.in_channels)
     _, probs = attention.attention(grid, return_attention=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
     save_png(
         conversion_figure(dense_kernel(conv), attention.centres, probs, side, side, (side // 2, side // 2)),
         path,

@@ -1,39 +1,72 @@
 """The study: every model on the same CIFAR-10 data and budget, evaluated, with its attention figures.
 
-    python -m experiments.study [--scale tiny] [--data-dir DIR] [--out results/] [--figures figures/]
+    python -m experiments.study [--scale tiny|small|paper] [--data-dir DIR] [--out results/]
+                                [--figures figures/] [--only NAME ...]
 
-Writes ``<out>/<scale>.md`` and ``<out>/<scale>.json``; runs live under ``<out>/runs/<scale>/``. A model
-whose run finished (its ``metrics.json`` exists) is skipped on a re-run, so a killed study resumes.
+Writes ``<out>/<scale>.md`` and ``<out>/<scale>.json`` after every run; runs live under
+``<out>/runs/<scale>/<name>-seed<k>/``. A finished run (its ``metrics.json`` exists) is read back, an
+unfinished one resumes from its newest checkpoint, so a killed study continues where it was.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments import figures, run
-from experiments.cli import (
-    ArgumentParser,
-    UserError,
-    hardware,
-    main_guard,
-    write_json_atomic,
-)
+from experiments.cli import DEFAULT_DATA_DIR, ArgumentParser, UserError, check_data_dir, main_guard
 from experiments.presets import SCALES, preset
-
-# (name in the table, model, extra run options)
-STUDY: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("resnet18", "resnet18", ()),
-    ("quadratic", "quadratic", ()),
-    ("quadratic-16heads", "quadratic", ("--heads", "16")),
-    ("gaussian", "gaussian", ()),
-    ("learned", "learned", ()),
-    ("learned-content", "learned-content", ()),
-    ("composite", "composite", ()),
-    ("mixed", "mixed", ()),
+from sa_conv.callbacks import figures_of
+from sa_conv.checkpointing import read_checkpoint
+from sa_conv.files import save_png, write_json, write_text
+from sa_conv.lit import ImageClassifier
+from sa_conv.training import (
+    RunConfig,
+    RunOptions,
+    config_difference,
+    datamodule_for,
+    find_resume,
+    hardware,
+    train,
 )
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One model of a study: its name in the table, the model, overrides of the scale's preset, seeds."""
+
+    name: str
+    model: str
+    seeds: tuple[int, ...] = (0,)
+    overrides: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+
+STUDIES: dict[str, tuple[Entry, ...]] = {
+    "tiny": (
+        Entry("resnet18", "resnet18", (0, 1)),
+        Entry("quadratic", "quadratic", (0, 1)),
+        Entry("quadratic-16heads", "quadratic", (0,), {"model_config": {"heads": 16}}),
+        Entry("gaussian", "gaussian", (0, 1)),
+        Entry("learned", "learned", (0, 1)),
+        Entry("learned-content", "learned-content", (0,)),
+        Entry("composite", "composite", (0,)),
+        Entry("mixed", "mixed", (0,)),
+    ),
+    "small": (
+        Entry("quadratic", "quadratic", (0, 1)),
+        Entry("learned", "learned", (0, 1)),
+        Entry("resnet18", "resnet18", (0,)),
+        Entry("gaussian", "gaussian", (0,)),
+        # content attention is ~7x slower per image: the largest budget that fits in about two hours
+        Entry("learned-content", "learned-content", (0,), {"epochs": 6}, note="6 epochs (budget), not 15"),
+    ),
+    "paper": tuple(Entry(m, m) for m in ("resnet18", "quadratic", "gaussian", "learned", "learned-content")),
+}
+# run order of a study: the first seed of every entry, then the second seeds
 PAPER_TABLE = {
     "resnet18": (93.8, 11.2),
     "quadratic": (93.8, 12.1),
@@ -42,123 +75,164 @@ PAPER_TABLE = {
 }
 
 
-def finished_run(root: Path) -> Path | None:
-    """The newest finished run (with metrics.json) under ``root``."""
-    done = sorted(root.glob("*/version_*/metrics.json"), key=lambda p: int(p.parent.name.split("_")[1]))
-    return done[-1] if done else None
+def entry_config(entry: Entry, scale: str, seed: int) -> RunConfig:
+    """The run config of one entry and seed."""
+    return preset(entry.model, scale).replace(seed=seed, **entry.overrides)
 
 
-def study_one(name: str, model: str, extra: tuple[str, ...], args: Any) -> dict[str, Any]:
-    """Train (unless finished), render figures, and collect one row of the table."""
-    root = args.out / "runs" / args.scale / name
-    metrics_path = finished_run(root)
-    if metrics_path is None:
-        print(f"== {name}: training", flush=True)
-        argv = [model, "--scale", args.scale, "--output-dir", str(root), "--seed", str(args.seed), *extra]
-        argv += ["--data-dir", str(args.data_dir)] if args.data_dir else []
-        argv += ["--synthetic"] if args.synthetic else []
-        argv += ["--epochs", str(args.epochs)] if args.epochs else []
-        argv += ["--figures-every", "1000"]  # figures at the end of training only
-        if main_guard(run.main)(argv) != 0:
-            raise UserError(f"the {name} run failed; fix it and re-run the study (finished models are kept)")
-        metrics_path = finished_run(root)
-    else:
-        print(f"== {name}: finished run found at {metrics_path.parent}, skipped", flush=True)
-    metrics = json.loads(metrics_path.read_text())
-    row: dict[str, Any] = {
-        "name": name,
-        "model": model,
+def run_entry(entry: Entry, seed: int, args: Any) -> dict[str, Any]:
+    """Train (or resume, or read back) one run; returns its metrics."""
+    config = entry_config(entry, args.scale, seed)
+    root = args.out / "runs" / args.scale / f"{entry.name}-seed{seed}"
+    done = sorted(root.glob(f"{entry.model}/version_*/metrics.json"))
+    for path in reversed(done):
+        metrics = json.loads(path.read_text())
+        if not config_difference(metrics["config"], config.to_dict()):
+            print(f"== {entry.name} seed {seed}: finished, {path.parent}", flush=True)
+            return metrics
+    found = find_resume("auto", root, config, warn=lambda m: print(m, file=sys.stderr))
+    print(f"== {entry.name} seed {seed}: {'resuming' if found else 'training'}", flush=True)
+    resume, version = found if found is not None else (None, None)
+    options = RunOptions(output_dir=root, progress="lines", figures_every=1000, snapshot_minutes=5)
+    data = datamodule_for(
+        config, data_dir=args.data_dir, synthetic=args.synthetic, synthetic_size=args.synthetic_size
+    )
+    return train(config, datamodule=data, options=options, resume=resume, version=version)
+
+
+def render_figures(metrics: dict[str, Any], prefix: str, args: Any) -> None:
+    """Every attention figure of a finished run, from its last checkpoint and its own locality history."""
+    ckpt = read_checkpoint(Path(metrics["run_dir"]) / "checkpoints" / "last.ckpt")
+    backbone = ImageClassifier.from_checkpoint(ckpt).backbone.eval()
+    data = datamodule_for(
+        RunConfig.from_dict(metrics["config"]),
+        data_dir=args.data_dir,
+        synthetic=args.synthetic,
+        synthetic_size=args.synthetic_size,
+    )
+    data.setup()
+    images = data.normalize(data.test_set.images[:100])
+    args.figures.mkdir(parents=True, exist_ok=True)
+    for tag, value in figures_of(backbone, images, history=metrics.get("locality_history"), name=prefix):
+        if not isinstance(value, float):
+            save_png(value, args.figures / f"{prefix}_{tag.split('/', 1)[1]}.png")
+
+
+def standard_error(accuracy: float, n: int) -> float:
+    """Binomial standard error of an accuracy measured on ``n`` images."""
+    return math.sqrt(max(accuracy * (1 - accuracy), 0.0) / max(n, 1))
+
+
+def row_of(entry: Entry, seed: int, metrics: dict[str, Any]) -> dict[str, Any]:
+    """One row of the study's JSON."""
+    return {
+        "name": entry.name,
+        "model": entry.model,
+        "seed": seed,
+        "note": entry.note,
+        "protocol": metrics["protocol"],
+        "epochs": metrics["config"]["epochs"],
         "params": metrics["params"],
         "flops_per_image": metrics["flops_per_image"],
+        "test_acc": metrics["test_acc"],
+        "test_acc_stderr": standard_error(metrics["test_acc"], metrics["n_test_images"]),
+        "n_test_images": metrics["n_test_images"],
+        "best_val_acc": metrics.get("best_val_acc"),
         "train_time_s": metrics["wall_time_s"],
         "train_images_per_s": metrics["train_images_per_s"],
-        "test_acc": metrics["test_acc"],
-        "best_val_acc": metrics["best_val_acc"],
-        "n_test_images": metrics["n_test_images"],
-        "epochs": metrics["epochs_completed"],
-        "run_dir": str(metrics_path.parent),
+        "layers": metrics.get("layers", []),
+        "run_dir": metrics["run_dir"],
     }
-    if model != "resnet18" and not args.no_figures:
-        prefix = f"{args.scale}_{name}"
-        argv = [metrics["best_checkpoint"], "--out", str(args.figures), "--name", prefix, "--images", "100"]
-        argv += ["--data-dir", str(args.data_dir)] if args.data_dir else []
-        argv += ["--synthetic"] if args.synthetic else []
-        if main_guard(figures.main)(argv) != 0:
-            raise UserError(f"rendering the figures of {name} failed")
-        scalars = json.loads((args.figures / f"{prefix}_locality.json").read_text())
-        layers = sorted({int(k.split("/")[1][5:]) for k in scalars})
-        row["mean_distance"] = [scalars[f"locality/layer{i}/mean_distance"] for i in layers]
-        row["localized_fraction"] = [scalars[f"locality/layer{i}/localized_fraction"] for i in layers]
-    return row
 
 
-def markdown(rows: list[dict[str, Any]], args: Any, config: Any) -> str:
+def markdown(rows: list[dict[str, Any]], args: Any) -> str:
     """The results table and the per-layer locality table."""
+    base = preset("quadratic", args.scale)
+    command = f"python -m experiments.study --scale {args.scale}" + (
+        f" --data-dir {args.data_dir}" if args.data_dir else ""
+    )
+    hw = hardware()
+    sa = base.model_config
+    budget = (
+        f"Budget, the same for every model unless noted: {base.epochs} epochs, batch {base.batch_size}, "
+        f"protocol {base.protocol} ({base.val_size} validation images held out), "
+        f"{base.train_subset or 'all'} training images; SA models {sa['layers']} layers of width "
+        f"{sa['hidden']}, {sa['heads']} heads. Accuracy on the test split with its binomial standard error."
+    )
+    machine = (
+        f"Hardware: {hw['cpu']} ({hw['cpu_count']} cores), {hw.get('gpu') or 'no GPU'}; "
+        "images/s measured while other work shared the machine."
+    )
     lines = [
         f"# Study at `{args.scale}` scale",
         "",
-        f"Command: `python -m experiments.study --scale {args.scale}"
-        + (f" --data-dir {args.data_dir}" if args.data_dir else "")
-        + (f" --epochs {args.epochs}" if args.epochs else "")
-        + "`",
+        f"Command: `{command}`",
         "",
-        f"Data and budget, the same for every model: {config}.",
-        f"Hardware: {hardware()['cpu']} ({hardware()['cpu_count']} cores), "
-        + (hardware().get("gpu") or "no GPU")
-        + ".",
+        budget,
+        machine,
         "",
-        "| model | params | GFLOPs/image | train time (s) | train images/s | test acc | paper acc (params) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| model | seed | params | GFLOPs/image | train (min) | images/s | test acc | paper acc (params) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in rows:
         paper = PAPER_TABLE.get(r["name"])
-        paper_text = f"{paper[0]}% ({paper[1]}M)" if paper else "-"
+        note = f" ({r['note']})" if r["note"] else ""
         lines.append(
-            f"| {r['name']} | {r['params'] / 1e6:.3f}M | {r['flops_per_image'] / 1e9:.3f} | "
-            f"{r['train_time_s']:.0f} | {r['train_images_per_s']:.0f} | {100 * r['test_acc']:.1f}% | "
-            f"{paper_text} |"
+            f"| {r['name']}{note} | {r['seed']} | {r['params'] / 1e6:.3f}M | "
+            f"{r['flops_per_image'] / 1e9:.3f} | "
+            f"{r['train_time_s'] / 60:.0f} | {r['train_images_per_s']:.0f} | "
+            f"{100 * r['test_acc']:.1f} +- {100 * r['test_acc_stderr']:.1f}% | "
+            f"{f'{paper[0]}% ({paper[1]}M)' if paper else '-'} |"
         )
     lines += [
         "",
-        "Locality per layer (mean attention distance in token pixels; fraction of localized heads, "
-        "spread <= 1 pixel around their centroid):",
+        "Locality per layer at the end of training (interior queries): mean attention distance in token "
+        "pixels, sharp heads (>= 0.5 of their mass on one pixel), median alpha of Gaussian heads:",
         "",
     ]
     for r in rows:
-        if "mean_distance" in r:
-            dist = ", ".join(f"{d:.2f}" for d in r["mean_distance"])
-            loc = ", ".join(f"{f:.2f}" for f in r["localized_fraction"])
-            lines.append(f"- {r['name']}: distance [{dist}]; localized [{loc}]")
+        cells = []
+        for i, layer in enumerate(r["layers"]):
+            alpha = f", alpha {layer['median_alpha']:.2f}" if "median_alpha" in layer else ""
+            sharp = f"{layer['sharp_heads']}/{layer['heads']} sharp"
+            cells.append(f"layer {i + 1}: {layer['mean_distance']:.2f} px, {sharp}{alpha}")
+        if cells:
+            lines.append(f"- {r['name']} seed {r['seed']}: " + "; ".join(cells))
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m experiments.study", description=__doc__.splitlines()[0])
     parser.add_argument("--scale", default="tiny", choices=SCALES)
-    parser.add_argument("--data-dir", type=Path, help="ImageFolder tree or CIFAR-10 root (default: download)")
+    parser.add_argument(
+        "--data-dir", type=Path, help=f"ImageFolder tree or CIFAR-10 root (default: {DEFAULT_DATA_DIR})"
+    )
+    parser.add_argument("--synthetic", action="store_true", help="synthetic data (a smoke test of the study)")
+    parser.add_argument("--synthetic-size", type=int, default=512)
     parser.add_argument("--out", type=Path, default=Path("results"))
     parser.add_argument("--figures", type=Path, default=Path("figures"))
-    parser.add_argument("--epochs", type=int, help="override the scale's epochs for every model")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--models", nargs="+", choices=[n for n, _, _ in STUDY], help="a subset of the study")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="a subset of the study's entries")
     parser.add_argument("--no-figures", action="store_true")
-    parser.add_argument("--synthetic", action="store_true", help="synthetic data (a smoke test of the study)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     args = parser.parse_args(argv)
-    if args.data_dir is not None and not args.data_dir.is_dir():
-        raise UserError(f"--data-dir {args.data_dir} does not exist")
-    base = preset("quadratic", args.scale)
-    config = (
-        f"{args.epochs or base.epochs} epochs, batch {base.batch_size}, "
-        f"{base.train_subset or 'all'} training images, {base.val_size} validation images, seed {args.seed}"
-    )
-    rows = [study_one(n, m, e, args) for n, m, e in STUDY if not args.models or n in args.models]
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(
-        args.out / f"{args.scale}.json",
-        {"scale": args.scale, "config": config, "hardware": hardware(), "rows": rows},
-    )
-    (args.out / f"{args.scale}.md").write_text(markdown(rows, args, config))
+    if args.data_dir is not None:
+        check_data_dir(args.data_dir)
+    else:
+        args.data_dir = DEFAULT_DATA_DIR
+    entries = [e for e in STUDIES[args.scale] if not args.only or e.name in args.only]
+    if args.only and len(entries) != len(set(args.only)):
+        unknown = sorted(set(args.only) - {e.name for e in STUDIES[args.scale]})
+        raise UserError(f"--only: no entry {', '.join(unknown)} at scale {args.scale}")
+    order = sorted(((e, s) for e in entries for s in e.seeds), key=lambda es: es[0].seeds.index(es[1]))
+    results: dict[tuple[str, int], dict[str, Any]] = {}
+    for entry, seed in order:
+        metrics = run_entry(entry, seed, args)
+        results[(entry.name, seed)] = row_of(entry, seed, metrics)
+        if not args.no_figures and seed == entry.seeds[0] and "layers" in metrics:
+            render_figures(metrics, f"{args.scale}_{entry.name}", args)
+        rows = [results[(e.name, s)] for e in entries for s in e.seeds if (e.name, s) in results]
+        write_json(args.out / f"{args.scale}.json", rows)
+        write_text(args.out / f"{args.scale}.md", markdown(rows, args))
     print((args.out / f"{args.scale}.md").read_text())
     return 0
 

@@ -1,7 +1,9 @@
-"""Lightning callbacks: training throughput, attention figures and locality metrics in TensorBoard."""
+"""Lightning callbacks: training progress (rate, ETA, per-epoch record) and the attention record
+(locality snapshots over training, figures in TensorBoard)."""
 
 from __future__ import annotations
 
+import datetime
 import time
 from typing import Any
 
@@ -12,61 +14,70 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 from torch import Tensor, nn
 
-from sa_conv.encodings import GaussianEncoding, QuadraticEncoding
-from sa_conv.metrics import locality
-from sa_conv.viz import attention_grid, centre_trajectories, locality_summary
+from sa_conv.metrics import gaussian_alpha, interior_queries, locality
+from sa_conv.viz import attention_grid, centre_plot, layer_heads, locality_over_training, locality_summary
 
 __all__ = [
     "AttentionFigures",
-    "EpochHistory",
-    "TrainingThroughput",
-    "attention_centres",
+    "TrainingProgress",
     "figures_of",
-    "inverse_covariances",
+    "layer_summary",
+    "locality_snapshot",
 ]
 
 
-class EpochHistory(pl.Callback):
-    """Validation accuracy and wall time of every epoch (for ``metrics.json``)."""
+def _duration(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.1f} days"
+    return str(datetime.timedelta(seconds=round(seconds)))
 
-    def __init__(self) -> None:
+
+class TrainingProgress(pl.Callback):
+    """Training images per second (across resumes), the projected time of the whole run, and one
+    record per epoch (train loss and accuracy, evaluation accuracy, learning rate, images/s).
+
+    Kept beside Lightning's ``ThroughputMonitor`` (which logs a sliding window to the logger): this
+    keeps the run's overall rate for ``metrics.json`` and the ETA. ``lines=True`` also prints each
+    epoch's record as one plain line (for logs that are not a terminal: nohup, SLURM).
+    """
+
+    def __init__(self, *, lines: bool, slow_warning: float = 86400.0, slow_hint: str = "") -> None:
+        self.lines, self.slow_warning, self.slow_hint = lines, slow_warning, slow_hint
+        self.images, self.steps, self.seconds = 0, 0, 0.0
         self.history: list[dict[str, float]] = []
-        self._start = 0.0
-
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._start = time.perf_counter()
-
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking or "val/acc" not in trainer.callback_metrics:
-            return
-        self.history.append(
-            {
-                "epoch": trainer.current_epoch + 1,
-                "step": trainer.global_step,
-                "val_acc": float(trainer.callback_metrics["val/acc"]),
-                "epoch_seconds": time.perf_counter() - self._start,
-            }
-        )
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"history": self.history}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.history = list(state_dict["history"])
-
-
-class TrainingThroughput(pl.Callback):
-    """Images per second of the training steps (forward, backward, optimizer), logged per epoch."""
-
-    def __init__(self) -> None:
-        self.images = 0
-        self.seconds = 0.0
-        self._start = 0.0
+        self._timed_here = 0  # steps timed by this process (the projection waits for a warm one)
+        self._start = self._epoch_start = self._eval_start = self._eval_seconds = 0.0
 
     @property
     def images_per_second(self) -> float:
         """Training images per second so far (0 before any step)."""
         return self.images / self.seconds if self.seconds else 0.0
+
+    def _say(self, trainer: pl.Trainer, message: str) -> None:
+        bar = trainer.progress_bar_callback
+        (bar.print if bar is not None and trainer.is_global_zero else rank_zero_only(print))(message)
+
+    def _remaining_seconds(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> float:
+        total = (
+            pl_module.total_steps()
+            if hasattr(pl_module, "total_steps")
+            else trainer.estimated_stepping_batches
+        )
+        per_step = self.seconds / max(self.steps, 1)
+        evals = sum(h.get("eval_seconds", 0.0) for h in self.history) / max(len(self.history), 1)
+        epochs_left = max((trainer.max_epochs or 0) - trainer.current_epoch - 1, 0)
+        return max(total - trainer.global_step, 0) * per_step + epochs_left * evals
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._epoch_start = time.perf_counter()
+        self._eval_seconds = 0.0
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._eval_start = time.perf_counter()
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._eval_seconds += time.perf_counter() - self._eval_start
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
@@ -76,57 +87,162 @@ class TrainingThroughput(pl.Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        self.seconds += time.perf_counter() - self._start
+        elapsed = time.perf_counter() - self._start
+        self._timed_here += 1
+        if self._timed_here == 1:
+            return  # the first step of a process pays for warm-up; it would skew the projection
+        self.seconds += elapsed
+        self.steps += 1
         self.images += len(batch[1]) * trainer.world_size
+        if self._timed_here == 3:
+            remaining = self._remaining_seconds(trainer, pl_module)
+            self._say(
+                trainer,
+                f"speed: {self.images_per_second:.1f} training images/s; projected time to the end of "
+                f"the run: {_duration(remaining)} (ETA {_eta(remaining)})",
+            )
+            if remaining > self.slow_warning:
+                self._say(
+                    trainer, f"warning: this run needs about {_duration(remaining)} here. {self.slow_hint}"
+                )
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.seconds:
-            pl_module.log("perf/train_images_per_s", self.images_per_second, rank_zero_only=True)
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
+        eval_name = next((k for k in ("val/acc", "test/acc") if k in metrics), None)
+        row: dict[str, float] = {
+            "epoch": trainer.current_epoch + 1,
+            "step": trainer.global_step,
+            "epoch_seconds": time.perf_counter() - self._epoch_start,
+            "eval_seconds": self._eval_seconds,
+            "images_per_s": self.images_per_second,
+        }
+        for key in ("train/loss", "train/acc"):
+            if key in metrics:
+                row[key.replace("/", "_")] = metrics[key]
+        if eval_name is not None:
+            row[eval_name.replace("/", "_")] = metrics[eval_name]
+        optimizers = trainer.optimizers
+        if optimizers:
+            row["lr"] = optimizers[0].param_groups[0]["lr"]
+        self.history.append(row)
+        if self.lines and trainer.is_global_zero:
+            parts = [f"epoch {row['epoch']}/{trainer.max_epochs}", f"step {row['step']}"]
+            if "train_loss" in row:
+                parts.append(
+                    f"train loss {row['train_loss']:.4f} acc {row.get('train_acc', float('nan')):.4f}"
+                )
+            if eval_name is not None:
+                parts.append(f"{eval_name.split('/')[0]} acc {metrics[eval_name]:.4f}")
+            remaining = self._remaining_seconds(trainer, pl_module)
+            parts += [f"{self.images_per_second:.1f} images/s", f"ETA {_duration(remaining)}"]
+            print(" | ".join(parts), flush=True)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"images": self.images, "seconds": self.seconds}
+        return {"images": self.images, "steps": self.steps, "seconds": self.seconds, "history": self.history}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.images, self.seconds = state_dict["images"], state_dict["seconds"]
+        self.images, self.steps, self.seconds = (
+            state_dict["images"],
+            state_dict["steps"],
+            state_dict["seconds"],
+        )
+        self.history = list(state_dict["history"])
 
 
-def _encodings_of(model: nn.Module, kind: type | tuple[type, ...]) -> list | None:
-    """Every layer's positional encoding if all of them are of ``kind``, else None."""
-    layers = getattr(model, "attention_layers", lambda: [])()
-    encodings = [getattr(layer, "encoding", None) for layer in layers]
-    return encodings if encodings and all(isinstance(e, kind) for e in encodings) else None
+def _eta(seconds: float) -> str:
+    return (datetime.datetime.now() + datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M")
 
 
-def attention_centres(model: nn.Module) -> Tensor | None:
-    """Centres ``(layers, heads, 2)`` of a quadratic/Gaussian SA model, else None."""
-    encodings = _encodings_of(model, (QuadraticEncoding, GaussianEncoding))
-    return None if encodings is None else torch.stack([e.centres.detach().float().cpu() for e in encodings])
+# ---------------------------------------------------------------------- the attention record
 
 
-def inverse_covariances(model: nn.Module) -> Tensor | None:
-    """Inverse covariances ``(layers, heads, 2, 2)`` of a generalized Gaussian SA model, else None."""
-    encodings = _encodings_of(model, GaussianEncoding)
-    if encodings is None:
-        return None
-    return torch.stack([e.inverse_covariance.detach().float().cpu() for e in encodings])
+def _side(backbone: nn.Module) -> int:
+    return backbone.config.grid
+
+
+def locality_snapshot(backbone: nn.Module, images: Tensor, step: int) -> dict[str, Any]:
+    """The locality of every layer now: per head mean distance and peak mass (interior queries), and
+    for Gaussian heads their centres and inverse covariances. Plain lists (checkpoint- and JSON-ready)."""
+    was_training = backbone.training
+    backbone.eval()
+    maps = backbone.attention_maps(images)  # per layer (B|1, heads, N, N)
+    backbone.train(was_training)
+    side = _side(backbone)
+    queries = interior_queries(side, side, side // 4)
+    layers = []
+    encodings = backbone.encodings() if hasattr(backbone, "encodings") else [None] * len(maps)
+    for probs, encoding in zip(maps, encodings, strict=True):
+        m = locality(probs, side, side, queries=queries)
+        layer: dict[str, Any] = {"mean_distance": m.mean_distance.tolist(), "peak_mass": m.peak_mass.tolist()}
+        gaussians = encoding.head_gaussians() if encoding is not None else None
+        if gaussians is not None:
+            layer["centres"] = gaussians[0].float().cpu().tolist()
+            layer["inverse_covariance"] = gaussians[1].float().cpu().tolist()
+        layers.append(layer)
+    return {"step": step, "layers": layers}
+
+
+def layer_summary(snapshot: dict[str, Any]) -> list[dict[str, float]]:
+    """Per layer: mean attention distance, number of sharp heads (>= 0.5 of their mass on one pixel),
+    and for Gaussian heads the median alpha."""
+    out = []
+    for layer in snapshot["layers"]:
+        row = {
+            "mean_distance": sum(layer["mean_distance"]) / len(layer["mean_distance"]),
+            "sharp_heads": sum(p >= 0.5 for p in layer["peak_mass"]),
+            "heads": len(layer["peak_mass"]),
+        }
+        if "inverse_covariance" in layer:
+            row["median_alpha"] = float(gaussian_alpha(torch.tensor(layer["inverse_covariance"])).median())
+        out.append(row)
+    return out
+
+
+def _history_tensors(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """Snapshots -> ``(T, layers)`` series and ``(T, layers, heads, ...)`` centre arrays, when consistent."""
+    heads = [[len(layer["peak_mass"]) for layer in s["layers"]] for s in history]
+    out: dict[str, Any] = {"steps": [s["step"] for s in history]}
+    summaries = [layer_summary(s) for s in history]
+    out["mean_distance"] = torch.tensor([[r["mean_distance"] for r in s] for s in summaries])
+    out["sharp_fraction"] = torch.tensor([[r["sharp_heads"] / r["heads"] for r in s] for s in summaries])
+    gaussian = all("median_alpha" in r for s in summaries for r in s)
+    out["median_alpha"] = (
+        torch.tensor([[r["median_alpha"] for r in s] for s in summaries]) if gaussian else None
+    )
+    same_heads = all(h == heads[0] and len(set(h)) == 1 for h in heads)
+    if gaussian and same_heads:
+        out["centres"] = torch.tensor([[layer["centres"] for layer in s["layers"]] for s in history])
+        out["inverse_covariance"] = torch.tensor(
+            [[layer["inverse_covariance"] for layer in s["layers"]] for s in history]
+        )
+    return out
 
 
 class AttentionFigures(pl.Callback):
-    """Logs attention grids, centre trajectories and locality metrics to TensorBoard.
+    """The attention record of a run, in TensorBoard.
 
-    Every ``every_n_epochs`` validation epochs and at the end of training: ``attention/layer{i}`` (one
-    layer's heads), ``attention/grid`` (layers x heads), ``attention/centres`` (quadratic and Gaussian
-    models) and ``attention/locality``, plus scalars ``locality/layer{i}/{metric}``. Probabilities of
-    content models are averaged over ``images`` validation images. Rank zero only; does nothing
-    without a TensorBoard logger or for a model without attention maps.
+    Snapshots (``locality_snapshot``) at the start of training, every ``history_every_n_steps``
+    steps, at every epoch end and at the end, kept in the checkpoints (``history``); figures
+    (``figures_of``) every ``every_n_epochs`` validation epochs and at the end: ``attention/layer{i}``
+    (one layer's heads), ``attention/grid`` (layers x heads), ``attention/centres`` (the paper's centre
+    plot, Gaussian heads), ``attention/locality`` and ``attention/locality_over_training``, plus scalars
+    ``locality/layer{i}/...``. Content attention is averaged over ``images`` validation images. Rank
+    zero only; nothing without a TensorBoard logger.
     """
 
     def __init__(
-        self, *, every_n_epochs: int = 5, query: tuple[int, int] | None = None, images: int = 16
+        self,
+        *,
+        every_n_epochs: int = 5,
+        history_every_n_steps: int | None = None,
+        query: tuple[int, int] | None = None,
+        images: int = 16,
     ) -> None:
-        self.every_n_epochs, self.query, self.images = every_n_epochs, query, images
-        self.history: list[Tensor] = []  # centres (layers, heads, 2) per snapshot
-        self.steps: list[int] = []
+        if every_n_epochs <= 0 or (history_every_n_steps is not None and history_every_n_steps <= 0):
+            raise ValueError("every_n_epochs and history_every_n_steps must be positive")
+        self.every_n_epochs, self.history_every_n_steps = every_n_epochs, history_every_n_steps
+        self.query, self.images = query, images
+        self.history: list[dict[str, Any]] = []
 
     def _writer(self, trainer: pl.Trainer) -> Any | None:
         for logger in trainer.loggers:
@@ -134,57 +250,65 @@ class AttentionFigures(pl.Callback):
                 return logger.experiment
         return None
 
-    def _record_centres(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        centres = attention_centres(getattr(pl_module, "backbone", pl_module))
-        if centres is not None and (not self.steps or self.steps[-1] != trainer.global_step):
-            self.history.append(centres)
-            self.steps.append(trainer.global_step)
+    def _images(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> Tensor:
+        datamodule = getattr(trainer, "datamodule", None)
+        dataset = getattr(datamodule, "val_set", None) or getattr(datamodule, "test_set", None)
+        if dataset is None or not len(dataset):
+            return torch.zeros(1, 3, 32, 32, device=pl_module.device)
+        n = (
+            self.images
+            if pl_module.backbone.config.content or pl_module.backbone.config.attention == "mixed"
+            else 1
+        )
+        return datamodule.normalize(dataset.images[:n].to(pl_module.device))
+
+    @rank_zero_only
+    def _record(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        step = trainer.global_step
+        if self.history and self.history[-1]["step"] == step:
+            return
+        with torch.no_grad():
+            self.history.append(locality_snapshot(pl_module.backbone, self._images(trainer, pl_module), step))
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._record_centres(trainer, pl_module)
+        self._record(trainer, pl_module)
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        every = self.history_every_n_steps
+        if every is not None and trainer.global_step % every == 0:
+            self._record(trainer, pl_module)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._record_centres(trainer, pl_module)
-
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking or (trainer.current_epoch + 1) % self.every_n_epochs:
-            return
-        self.log_figures(trainer, pl_module)
+        self._record(trainer, pl_module)
+        if (trainer.current_epoch + 1) % self.every_n_epochs == 0:
+            self.log_figures(trainer, pl_module)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._record_centres(trainer, pl_module)
+        self._record(trainer, pl_module)
         self.log_figures(trainer, pl_module)
 
     @rank_zero_only
     def log_figures(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Render and log every figure now (rank zero)."""
         writer = self._writer(trainer)
-        backbone = getattr(pl_module, "backbone", pl_module)
-        if writer is None or not hasattr(backbone, "attention_maps"):
+        if writer is None:
             return
-        images = self._images(trainer, pl_module)
         step = trainer.global_step
-        for tag, value in figures_of(
-            backbone, images, query=self.query, history=self.history, steps=self.steps
-        ):
+        images = self._images(trainer, pl_module)
+        for tag, value in figures_of(pl_module.backbone, images, query=self.query, history=self.history):
             if isinstance(value, Figure):
                 writer.add_figure(tag, value, global_step=step, close=True)
             else:
                 writer.add_scalar(tag, value, global_step=step)
         writer.flush()
 
-    def _images(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> Tensor:
-        datamodule = getattr(trainer, "datamodule", None)
-        dataset = getattr(datamodule, "val_set", None)
-        if dataset is None or not len(dataset):
-            return torch.zeros(1, 3, 32, 32, device=pl_module.device)
-        return datamodule.normalize(dataset.images[: self.images].to(pl_module.device))
-
     def state_dict(self) -> dict[str, Any]:
-        return {"history": self.history, "steps": self.steps}
+        return {"history": self.history}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.history, self.steps = list(state_dict["history"]), list(state_dict["steps"])
+        self.history = list(state_dict["history"])
 
 
 def figures_of(
@@ -192,53 +316,62 @@ def figures_of(
     images: Tensor,
     *,
     query: tuple[int, int] | None = None,
-    history: list[Tensor] | None = None,
-    steps: list[int] | None = None,
+    history: list[dict[str, Any]] | None = None,
     name: str = "",
 ) -> list[tuple[str, Figure | float]]:
-    """Every attention figure and locality scalar of an SA backbone, as ``(tag, value)`` pairs."""
+    """Every attention figure and locality scalar of an SA backbone, as ``(tag, value)`` pairs.
+
+    The centre plot and the locality-over-training plot are drawn from ``history`` (the run's own
+    snapshots) and need at least one (two) of them.
+    """
     was_training = backbone.training
     backbone.eval()
-    maps = backbone.attention_maps(images)  # per layer (B|1, heads, N, N)
+    with torch.no_grad():
+        maps = backbone.attention_maps(images)  # per layer (B|1, heads, N, N)
     backbone.train(was_training)
-    side = backbone.config.grid
+    side = _side(backbone)
     query = query or (side // 2, side // 2)
-    title = f"{name + ': ' if name else ''}query {query}" + (
-        f", mean of {len(images)} images" if maps[0].shape[0] > 1 else ""
-    )
+    prefix = f"{name}: " if name else ""
+    averaged = f", mean of {len(images)} images" if maps[0].shape[0] > 1 else ""
     out: list[tuple[str, Figure | float]] = []
     for i, m in enumerate(maps):
-        out.append(
-            (f"attention/layer{i + 1}", attention_grid([m], side, side, query, title=f"layer {i + 1}"))
-        )
-    out.append(("attention/grid", attention_grid(maps, side, side, query, title=title)))
+        title = f"{prefix}layer {i + 1}, query {query}{averaged}"
+        out.append((f"attention/layer{i + 1}", layer_heads(m, side, side, query, title=title)))
+    out.append(
+        ("attention/grid", attention_grid(maps, side, side, query, title=f"{prefix}query {query}{averaged}"))
+    )
     if maps[0].shape[0] > 1:  # content attention: one image too
         single = [m[:1] for m in maps]
-        out.append(
-            (
-                "attention/grid_single_image",
-                attention_grid(
-                    single, side, side, query, title=f"{name + ': ' if name else ''}query {query}, one image"
-                ),
-            )
-        )
-    metrics = [locality(m, side, side) for m in maps]
+        title = f"{prefix}query {query}, one image"
+        out.append(("attention/grid_single_image", attention_grid(single, side, side, query, title=title)))
+    queries = interior_queries(side, side, side // 4)
+    metrics = [locality(m, side, side, queries=queries) for m in maps]
     for i, metric in enumerate(metrics):
         out.append((f"locality/layer{i + 1}/mean_distance", float(metric.mean_distance.mean())))
         out.append((f"locality/layer{i + 1}/radius90", float(metric.radius90.mean())))
         out.append((f"locality/layer{i + 1}/entropy", float(metric.entropy.mean())))
-        out.append((f"locality/layer{i + 1}/localized_fraction", float(metric.localized.float().mean())))
-    distances = torch.stack([m.mean_distance for m in metrics])
-    localized = torch.stack([m.localized for m in metrics])
-    out.append(("attention/locality", locality_summary(distances, localized=localized, title=name or None)))
+        out.append((f"locality/layer{i + 1}/sharp_fraction", float(metric.sharp.float().mean())))
+    if len({m.shape[1] for m in maps}) == 1:
+        distances = torch.stack([m.mean_distance for m in metrics])
+        sharp = torch.stack([m.sharp for m in metrics])
+        out.append(("attention/locality", locality_summary(distances, sharp=sharp, title=name or None)))
     if history:
-        inv = inverse_covariances(backbone)
-        out.append(
-            (
-                "attention/centres",
-                centre_trajectories(
-                    torch.stack(history), steps=steps, inverse_covariance=inv, title=name or None
-                ),
+        series = _history_tensors(history)
+        if "centres" in series:
+            centres = centre_plot(
+                series["centres"],
+                inverse_covariance=series["inverse_covariance"],
+                steps=series["steps"],
+                title=name or None,
             )
-        )
+            out.append(("attention/centres", centres))
+        if len(history) >= 2:
+            figure = locality_over_training(
+                series["steps"],
+                series["mean_distance"],
+                series["sharp_fraction"],
+                median_alpha=series["median_alpha"],
+                title=f"{prefix}locality over training",
+            )
+            out.append(("attention/locality_over_training", figure))
     return out

@@ -1,9 +1,7 @@
-"""Resumable runs: checkpoints written atomically, and the global RNG carried across a resume."""
+"""Checkpoints of a run: written atomically, read by one function, resumable exactly, found by config."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -11,26 +9,95 @@ import pytorch_lightning as pl
 import torch
 from lightning_fabric.utilities.seed import _collect_rng_states, _set_rng_states
 from pytorch_lightning.plugins.io import TorchCheckpointIO
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-__all__ = ["AtomicCheckpointIO", "ResumableRNG", "readable_checkpoint"]
+from sa_conv import __version__
+from sa_conv.files import atomic_write
+
+__all__ = [
+    "AtomicCheckpointIO",
+    "CheckpointError",
+    "InterruptCheckpoint",
+    "ResumableRNG",
+    "RunConfigRecord",
+    "read_checkpoint",
+    "run_config_of",
+]
+
+
+class CheckpointError(RuntimeError):
+    """A file is not a readable sa-conv checkpoint."""
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint written by a run; ``CheckpointError`` names what is wrong with it."""
+    path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"checkpoint {path} is a directory, not a file")
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        ckpt = torch.load(
+            path, map_location="cpu", weights_only=False
+        )  # our own files: RNG and loader states
+    except Exception as err:  # pickle, zip and EOF errors all mean the same to the user
+        raise CheckpointError(f"{path} is not a readable checkpoint ({type(err).__name__})") from None
+    hparams = ckpt.get("hyper_parameters") if isinstance(ckpt, dict) else None
+    if not hparams or "model" not in hparams or "state_dict" not in ckpt:
+        raise CheckpointError(f"{path} is not an sa-conv checkpoint (no model hyper-parameters)")
+    version = ckpt.get("sa_conv_version")
+    if version != __version__:
+        raise CheckpointError(f"{path} was written by sa-conv {version}, this is sa-conv {__version__}")
+    return ckpt
+
+
+def run_config_of(ckpt: dict[str, Any]) -> dict[str, Any] | None:
+    """The run config stored in a checkpoint by ``RunConfigRecord`` (None for a checkpoint without one)."""
+    return ckpt.get("run_config")
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """``torch.save`` to a temporary file in the same folder, then ``os.replace``: a kill during a save
-    leaves the previous file intact, never a half-written one."""
+    """``torch.save`` through ``sa_conv.files.atomic_write``: a temporary file in the checkpoint's own folder.
+
+    Kept because Lightning's ``TorchCheckpointIO`` stages its temporary file in the system temp folder:
+    when that is another file system, ``shutil.move`` copies, and a kill mid-copy leaves half a file.
+    """
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None
     ) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            torch.save(checkpoint, tmp)
-            os.replace(tmp, path)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        atomic_write(path, lambda tmp: torch.save(checkpoint, tmp))
+
+
+class RunConfigRecord(pl.Callback):
+    """Stores the run's config in every checkpoint, for config-checked resumes and repeats."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        checkpoint["run_config"] = self.config
+
+
+class InterruptCheckpoint(pl.Callback):
+    """Saves ``<dirpath>/<filename>.ckpt`` when the run stops on SIGTERM (or SIGINT, which the run turns
+    into SIGTERM): Lightning stops at the end of a step, so the checkpoint resumes exactly. Other errors
+    (a NaN loss) keep the last good checkpoint instead.
+
+    Not Lightning's ``OnExceptionCheckpoint``: with one of those, ``fit(ckpt_path=None)`` silently
+    resumes from it whenever the file exists.
+    """
+
+    def __init__(self, *, dirpath: str | Path, filename: str = "interrupted") -> None:
+        self.path = Path(dirpath) / f"{filename}.ckpt"
+
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        if isinstance(exception, SIGTERMException):
+            trainer.save_checkpoint(self.path)
 
 
 class ResumableRNG(pl.Callback):
@@ -52,12 +119,3 @@ class ResumableRNG(pl.Callback):
         if self._pending is not None:
             _set_rng_states(self._pending)
             self._pending = None
-
-
-def readable_checkpoint(path: Path) -> bool:
-    """Whether ``path`` loads as a checkpoint (used to skip a corrupt one when resuming)."""
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception:  # truncated zip, pickle errors, EOF: all mean unreadable
-        return False
-    return isinstance(ckpt, dict) and "state_dict" in ckpt

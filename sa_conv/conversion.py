@@ -95,13 +95,16 @@ def conv_to_attention(
         raise TypeError(f"conv_to_attention takes nn.Conv1d or nn.Conv2d, got {type(conv).__name__}")
     if not conv.weight.is_floating_point():
         raise TypeError(f"conv weights must be floating point, got {conv.weight.dtype}")
-    if alpha <= 0:
-        raise ValueError(f"alpha must be positive, got {alpha}")
+    if not 0 < alpha < math.inf:
+        raise ValueError(f"alpha must be positive and finite, got {alpha}")
     dims = 1 if isinstance(conv, nn.Conv1d) else 2
     pad1 = (1,) * (2 - dims)  # the unit height axis of a 1D conv
     kh, kw = pad1 + tuple(conv.kernel_size)
     sy, sx = pad1 + tuple(conv.stride)
     dy, dx = pad1 + tuple(conv.dilation)
+    for name, values in (("kernel_size", (kh, kw)), ("stride", (sy, sx)), ("dilation", (dy, dx))):
+        if min(values) < 1:
+            raise ValueError(f"the conv's {name} must be >= 1, got {getattr(conv, name)}")
     heads = kh * kw
     if max_heads is not None and heads > max_heads:
         raise ValueError(f"kernel {kh}x{kw} needs {heads} heads, more than max_heads={max_heads}")

@@ -4,7 +4,12 @@ Sources:
 - ``"torchvision"``: ``torchvision.datasets.CIFAR10(root, download=True)``.
 - ``"folder"``: an ImageFolder tree ``<dir>/train/<class>/*``, ``<dir>/test/<class>/*``.
 - ``"synthetic"``: generated class templates plus noise (learnable), for tests and smoke runs.
-- ``"auto"``: ``"folder"`` when ``data_dir`` holds ``train/`` and ``test/``, else ``"torchvision"``.
+- ``"auto"``: ``"folder"`` when ``data_dir`` holds ``train/`` or ``test/``, else ``"torchvision"`` (which
+  downloads only into a missing or empty folder, or one that already holds torchvision's copy).
+
+Protocols: ``"clean"`` holds out ``val_size`` training images for validation (model selection) and
+tests once; ``"paper"`` trains on every training image and runs the validation loop on the test split
+every epoch, as the paper's ``train.py`` did.
 
 Every image is decoded once and held as one ``(N, 3, 32, 32)`` uint8 tensor, so an epoch never
 re-decodes a JPEG. The paper's augmentation (random crop 32 with padding 4, horizontal flip) runs per
@@ -32,6 +37,7 @@ __all__ = [
     "CIFAR10_STD",
     "CIFAR10DataModule",
     "DataError",
+    "Protocol",
     "load_image_folder",
     "random_crop_flip",
 ]
@@ -54,6 +60,7 @@ IMAGE_SIZE = 32
 
 Source = Literal["auto", "torchvision", "folder", "synthetic"]
 Split = Literal["train", "test"]
+Protocol = Literal["clean", "paper"]
 
 
 class DataError(RuntimeError):
@@ -128,9 +135,11 @@ class ResumableBatchSampler(Sampler[list[int]]):
         return list(order[self.rank :: self.world_size].split(self.batch_size))
 
     def __iter__(self) -> Iterator[list[int]]:
+        # a generator: the order is drawn at the first batch, after Lightning's set_epoch (Lightning may
+        # create the iterator before, e.g. when it resumes from an epoch-end checkpoint)
         if self.consumed >= len(self):  # the last epoch ran to its end: this is the next one
             self.epoch, self.consumed = self.epoch + 1, 0
-        return iter([batch.tolist() for batch in self._batches()[self.consumed :]])
+        yield from (batch.tolist() for batch in self._batches()[self.consumed :])
 
     def __len__(self) -> int:
         return math.ceil(len(range(self.rank, self.n, self.world_size)) / self.batch_size)
@@ -188,6 +197,27 @@ def load_image_folder(root: Path, split: Split) -> tuple[Tensor, Tensor]:
     return images, torch.tensor(tree.targets, dtype=torch.long)
 
 
+def check_download_target(root: Path) -> None:
+    """Refuse to download CIFAR-10 into a folder that holds something else (a mistyped ``data_dir``)."""
+    if not root.exists() or (root / "cifar-10-batches-py").is_dir():
+        return
+    if not root.is_dir():
+        raise DataError(f"{root} is a file, not a data folder")
+    entries = sorted(p.name for p in root.iterdir() if not p.name.startswith("."))
+    if not entries or entries == ["cifar-10-python.tar.gz"]:
+        return
+    classes = sorted(set(entries) & set(CIFAR10_CLASSES))
+    if classes:
+        raise DataError(
+            f"{root} holds class folders ({', '.join(classes[:2])}, ...): "
+            f"it is one split of an ImageFolder tree; pass its parent folder, which holds train/ and test/"
+        )
+    raise DataError(
+        f"{root} holds neither an ImageFolder tree (train/, test/) nor torchvision's CIFAR-10 "
+        f"(cifar-10-batches-py), and is not empty: refusing to download CIFAR-10 into it"
+    )
+
+
 def load_torchvision(root: Path, split: Split, *, download: bool) -> tuple[Tensor, Tensor]:
     """CIFAR-10 through ``torchvision.datasets.CIFAR10`` as uint8 ``(N, 3, 32, 32)`` and labels."""
     from torchvision.datasets import CIFAR10
@@ -229,17 +259,28 @@ class CIFAR10DataModule(pl.LightningDataModule):
         eval_batch_size: int | None = None,
         val_size: int = 5000,
         train_subset: int | None = None,
+        protocol: Protocol = "clean",
         synthetic_size: int = 512,
         augment: bool = True,
         seed: int = 0,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["data_dir"])
-        self.hparams["data_dir"] = None if data_dir is None else str(data_dir)
+        self.hparams["data_dir"] = None if data_dir is None else str(Path(data_dir).resolve())
         if source not in ("auto", "torchvision", "folder", "synthetic"):
             raise ValueError(f"unknown data source {source!r}")
-        if batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if protocol not in ("clean", "paper"):
+            raise ValueError(f"protocol must be clean or paper, got {protocol!r}")
+        for name, value in (("batch_size", batch_size), ("synthetic_size", synthetic_size)):
+            if value <= 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+        if eval_batch_size is not None and eval_batch_size <= 0:
+            raise ValueError(f"eval_batch_size must be positive, got {eval_batch_size}")
+        if val_size < 0:
+            raise ValueError(f"val_size must be >= 0, got {val_size}")
+        if train_subset is not None and train_subset <= 0:
+            raise ValueError(f"train_subset must be positive, got {train_subset}")
+        self.protocol = protocol
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.source = source
         self.batch_size = batch_size
@@ -258,7 +299,7 @@ class CIFAR10DataModule(pl.LightningDataModule):
         """The source that ``setup`` reads: ``auto`` resolved against ``data_dir``."""
         if self.source != "auto":
             return self.source
-        if self.data_dir is not None and (self.data_dir / "train").is_dir():
+        if self.data_dir is not None and any((self.data_dir / split).is_dir() for split in ("train", "test")):
             return "folder"
         return "torchvision"
 
@@ -271,10 +312,12 @@ class CIFAR10DataModule(pl.LightningDataModule):
             raise DataError(f"source {source!r} needs a data_dir")
         if source == "folder":
             return load_image_folder(self.data_dir, split)
+        check_download_target(self.data_dir)
         return load_torchvision(self.data_dir, split, download=True)
 
     def prepare_data(self) -> None:
         if self.resolved_source() == "torchvision" and self.data_dir is not None:
+            check_download_target(self.data_dir)
             for split in ("train", "test"):
                 load_torchvision(self.data_dir, split, download=True)
 
@@ -283,7 +326,8 @@ class CIFAR10DataModule(pl.LightningDataModule):
             return
         images, labels = self._load("train")
         order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(self.seed))
-        val_size = min(self.val_size, len(labels) // 5)
+        # the paper's protocol trains on every image; a small (synthetic) set keeps 4/5 for training
+        val_size = 0 if self.protocol == "paper" else min(self.val_size, len(labels) // 5)
         val_idx, train_idx = order[:val_size], order[val_size:]
         if self.train_subset is not None:
             train_idx = train_idx[: self.train_subset]
@@ -302,13 +346,18 @@ class CIFAR10DataModule(pl.LightningDataModule):
             rank=trainer.global_rank if trainer is not None else 0,
             world_size=trainer.world_size if trainer is not None else 1,
         )
-        return ResumableDataLoader(dataset, batch_sampler=sampler, collate_fn=_whole_batch)
+        # a generator of its own: creating an iterator would otherwise draw from the global RNG, between the
+        # epoch-end checkpoint and the next step, and a resumed run's dropout would be one draw behind
+        return ResumableDataLoader(
+            dataset, batch_sampler=sampler, collate_fn=_whole_batch, generator=torch.Generator()
+        )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, train=True)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, train=False)
+        """The held-out split, or the test split under the paper's protocol."""
+        return self._loader(self.test_set if self.protocol == "paper" else self.val_set, train=False)
 
     def test_dataloader(self) -> DataLoader:
         return self._loader(self.test_set, train=False)

@@ -86,6 +86,11 @@ class PositionalEncoding(nn.Module):
         """Boolean ``(heads,)`` of heads the paper would prune, or None if the encoding has no rule."""
         return None
 
+    def head_gaussians(self) -> tuple[Tensor, Tensor] | None:
+        """Centres ``(heads, 2)`` and inverse covariances ``(heads, 2, 2)`` when every head is a Gaussian
+        blob (logit = -1/2 (delta - c)^T A (delta - c)), else None. Detached."""
+        return None
+
     @torch.no_grad()
     def select_heads(self, keep: Tensor) -> None:
         """Keep only the heads ``keep`` (indices, in order): slices every per-head parameter."""
@@ -146,6 +151,10 @@ class QuadraticEncoding(PositionalEncoding):
         """Boolean ``(heads,)``: the isotropic rule, inverse covariance s^2 I with s^2 < 1e-5."""
         return self.spread.detach().square() < min_eigenvalue
 
+    def head_gaussians(self) -> tuple[Tensor, Tensor]:
+        eye = torch.eye(2, device=self.spread.device, dtype=self.spread.dtype)
+        return self.centres.detach(), self.spread.detach().square()[:, None, None] * eye  # A = s^2 I
+
     def logits(self, height: int, width: int) -> Tensor:
         delta = relative_shifts(height, width, self.centres.device).to(self.centres.dtype)
         diff = delta[None] - self.centres[:, None, None, :]  # (heads, N, N, 2)
@@ -189,6 +198,9 @@ class GaussianEncoding(PositionalEncoding):
         small, large = eig[:, 0].clamp_min(0), eig[:, 1]
         condition = large / small.clamp_min(torch.finfo(torch.float64).tiny)
         return ((condition > max_condition) | (large < min_eigenvalue)).to(self.centres.device)
+
+    def head_gaussians(self) -> tuple[Tensor, Tensor]:
+        return self.centres.detach(), self.inverse_covariance.detach()
 
     def logits(self, height: int, width: int) -> Tensor:
         delta = relative_shifts(height, width, self.centres.device).to(self.centres.dtype)

@@ -14,13 +14,10 @@ from torch import Tensor
 from torchmetrics.classification import MulticlassAccuracy
 
 from sa_conv import __version__
+from sa_conv.checkpointing import CheckpointError, read_checkpoint
 from sa_conv.models import create_model
 
-__all__ = ["CheckpointError", "ImageClassifier", "Schedule", "lr_factor", "read_checkpoint"]
-
-
-class CheckpointError(RuntimeError):
-    """A file is not a readable sa-conv checkpoint."""
+__all__ = ["ImageClassifier", "Schedule", "lr_factor"]
 
 
 Schedule = Literal["warmup-cosine", "multistep"]
@@ -51,26 +48,12 @@ def lr_factor(
     return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
 
 
-def read_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint written by ``ImageClassifier``; ``CheckpointError`` names what is wrong."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as err:  # pickle, zip and EOF errors all mean the same to the user
-        raise CheckpointError(f"{path} is not a readable checkpoint ({type(err).__name__})") from None
-    hparams = ckpt.get("hyper_parameters") if isinstance(ckpt, dict) else None
-    if not hparams or "model" not in hparams or "state_dict" not in ckpt:
-        raise CheckpointError(f"{path} is not an sa-conv checkpoint (no model hyper-parameters)")
-    version = ckpt.get("sa_conv_version")
-    if version != __version__:
-        raise CheckpointError(f"{path} was written by sa-conv {version}, this is sa-conv {__version__}")
-    return ckpt
-
-
 class ImageClassifier(pl.LightningModule):
-    """Image classification over a backbone from the model registry (rebuilt from the checkpoint)."""
+    """Image classification over a backbone from the model registry (rebuilt from the checkpoint).
+
+    ``val_name`` names the validation loop's metrics: ``val`` for a held-out split, ``test`` when the
+    validation loop runs on the test split every epoch (the paper's protocol).
+    """
 
     def __init__(
         self,
@@ -83,6 +66,9 @@ class ImageClassifier(pl.LightningModule):
         weight_decay: float = 1e-4,
         schedule: Schedule = "warmup-cosine",
         warmup: float = 0.05,
+        milestones: tuple[float, ...] = (80 / 300, 150 / 300, 250 / 300),
+        gamma: float = 0.1,
+        val_name: str = "val",
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -112,7 +98,7 @@ class ImageClassifier(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["sa_conv_version"] = __version__
 
-    def _step(self, batch: tuple[Tensor, Tensor], stage: str) -> Tensor:
+    def _step(self, batch: tuple[Tensor, Tensor], stage: str, name: str) -> Tensor:
         images, labels = batch
         logits = self(images)
         loss = F.cross_entropy(logits, labels)
@@ -120,21 +106,22 @@ class ImageClassifier(pl.LightningModule):
             raise FloatingPointError(f"training loss became {loss.item()} at step {self.global_step}")
         metric = getattr(self, f"{stage}_acc")
         metric(logits, labels)
-        on_step = stage == "train"
-        self.log(
-            f"{stage}/loss", loss, on_step=on_step, on_epoch=True, prog_bar=on_step, sync_dist=not on_step
-        )
-        self.log(f"{stage}/acc", metric, on_step=False, on_epoch=True, prog_bar=stage != "test")
+        train = stage == "train"
+        # train/loss: the epoch mean, with the per-step curve beside it as train/loss_step
+        self.log(f"{name}/loss", loss, on_step=False, on_epoch=True, sync_dist=not train)
+        if train:
+            self.log("train/loss_step", loss, on_step=True, on_epoch=False, prog_bar=True)
+        self.log(f"{name}/acc", metric, on_step=False, on_epoch=True, prog_bar=stage != "test")
         return loss
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        return self._step(batch, "train")
+        return self._step(batch, "train", "train")
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        self._step(batch, "val")
+        self._step(batch, "val", self.hparams.val_name)
 
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        self._step(batch, "test")
+        self._step(batch, "test", "test")
 
     def parameter_groups(self) -> list[dict[str, Any]]:
         """Two groups: everything with weight decay, and the backbone's ``no_weight_decay()`` without."""
@@ -142,9 +129,9 @@ class ImageClassifier(pl.LightningModule):
         params = [(n, p) for n, p in self.backbone.named_parameters() if p.requires_grad]
         decay = [p for n, p in params if n not in exempt]
         no_decay = [p for n, p in params if n in exempt]
-        groups = [{"params": decay, "weight_decay": self.hparams.weight_decay}]
+        groups = [{"params": decay, "weight_decay": self.hparams.weight_decay, "name": "decay"}]
         if no_decay:
-            groups.append({"params": no_decay, "weight_decay": 0.0})
+            groups.append({"params": no_decay, "weight_decay": 0.0, "name": "no_decay"})
         return groups
 
     def total_steps(self) -> int:
@@ -178,6 +165,17 @@ class ImageClassifier(pl.LightningModule):
         total = self.total_steps()
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer,
-            lambda step: lr_factor(step, total, schedule=hp.schedule, warmup=hp.warmup),
+            lambda step: lr_factor(
+                step,
+                total,
+                schedule=hp.schedule,
+                warmup=hp.warmup,
+                milestones=tuple(hp.milestones),
+                gamma=hp.gamma,
+            ),
         )
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        # TensorBoard: lr (one group), or lr/decay and lr/no_decay
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "name": "lr"},
+        }

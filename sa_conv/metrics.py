@@ -1,7 +1,8 @@
 """Locality metrics of attention probabilities ``(B|1, heads, N, N)`` on an height x width token grid.
 
 Each metric is per head, averaged over queries (and over the batch); distances are in token-grid
-pixels, shifts are key - query.
+pixels, shifts are key - query. A head is *sharp* when, on average over the queries, at least half of
+its mass falls on a single pixel: it then acts like one tap of a convolution.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from torch import Tensor
 
 from sa_conv.encodings import relative_shifts
 
-__all__ = ["LOCALIZED_SPREAD", "Locality", "locality"]
+__all__ = ["SHARP_MASS", "Locality", "gaussian_alpha", "interior_queries", "locality"]
 
-LOCALIZED_SPREAD = 1.0  # a head whose mass lies within ~1 pixel of its centroid attends to "one pixel"
+SHARP_MASS = 0.5  # a head with >= half of its mass on one pixel attends like one tap of a convolution
 
 
 @dataclass(frozen=True)
@@ -26,11 +27,25 @@ class Locality:
     radius90: Tensor  # smallest radius around the query holding 90% of the mass
     entropy: Tensor  # -sum_k P log P, in nats
     spread: Tensor  # sqrt(sum_k P |k - centroid_q|^2): how concentrated, wherever it looks
+    peak_mass: Tensor  # max_k P[q, k]: the mass on the single most attended pixel
 
     @property
-    def localized(self) -> Tensor:
-        """Boolean ``(heads,)``: the head concentrates on about one pixel (spread <= 1 pixel)."""
-        return self.spread <= LOCALIZED_SPREAD
+    def sharp(self) -> Tensor:
+        """Boolean ``(heads,)``: at least half of the head's mass is on one pixel."""
+        return self.peak_mass >= SHARP_MASS
+
+
+def interior_queries(height: int, width: int, margin: int) -> Tensor:
+    """Row-major indices of the queries at least ``margin`` pixels from every border."""
+    ys, xs = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")
+    keep = (ys >= margin) & (ys < height - margin) & (xs >= margin) & (xs < width - margin)
+    return (ys * width + xs)[keep]
+
+
+def gaussian_alpha(inverse_covariance: Tensor) -> Tensor:
+    """Sharpness of Gaussian heads from their inverse covariances ``(..., 2, 2)``: sqrt(det A) / 2, the
+    alpha of the isotropic head with the same area (alpha = s^2 / 2 for A = s^2 I)."""
+    return torch.linalg.det(inverse_covariance.double()).clamp_min(0).sqrt().float() / 2
 
 
 def locality(
@@ -45,23 +60,27 @@ def locality(
             f"probs must be (B, heads, {height * width}, {height * width}), got {tuple(probs.shape)}"
         )
     p = probs.detach().double()
+    if queries is not None:
+        p = p[:, :, queries.to(p.device)]  # (B, heads, Q, N)
+    n = height * width
     delta = relative_shifts(height, width, p.device).to(p.dtype)  # (N, N, 2)
-    dist = delta.norm(dim=-1)  # (N, N)
-    mean_distance = (p * dist).sum(-1)  # (B, heads, N)
+    if queries is not None:
+        delta = delta[queries.to(p.device)]  # (Q, N, 2)
+    dist = delta.norm(dim=-1)  # (Q, N)
+    mean_distance = (p * dist).sum(-1)  # (B, heads, Q)
 
     order = dist.argsort(dim=-1, stable=True)  # keys of each query, nearest first
-    sorted_mass = p.gather(-1, order.expand_as(p)).cumsum(-1)  # (B, heads, N, N)
-    first = (sorted_mass < mass - 1e-9).sum(-1, keepdim=True).clamp_max(dist.shape[-1] - 1)
-    radius = dist.gather(-1, order).expand(*p.shape).gather(-1, first).squeeze(-1)  # (B, heads, N)
+    sorted_mass = p.gather(-1, order.expand_as(p)).cumsum(-1)  # (B, heads, Q, N)
+    first = (sorted_mass < mass - 1e-9).sum(-1, keepdim=True).clamp_max(n - 1)
+    radius = dist.gather(-1, order).expand(*p.shape).gather(-1, first).squeeze(-1)  # (B, heads, Q)
 
-    entropy = -(p * p.clamp_min(1e-300).log()).sum(-1)  # (B, heads, N)
-    centroid = torch.einsum("bhqk,qkc->bhqc", p, delta)  # (B, heads, N, 2): mean shift
-    sq = ((delta[None, None] - centroid[..., None, :]) ** 2).sum(-1)  # (B, heads, N, N)
-    spread = (p * sq).sum(-1).clamp_min(0).sqrt()  # (B, heads, N)
+    entropy = -(p * p.clamp_min(1e-300).log()).sum(-1)  # (B, heads, Q)
+    centroid = torch.einsum("bhqk,qkc->bhqc", p, delta)  # (B, heads, Q, 2): mean shift
+    sq = ((delta[None, None] - centroid[..., None, :]) ** 2).sum(-1)  # (B, heads, Q, N)
+    spread = (p * sq).sum(-1).clamp_min(0).sqrt()  # (B, heads, Q)
+    peak = p.amax(-1)  # (B, heads, Q)
 
     def mean(t: Tensor) -> Tensor:
-        if queries is not None:
-            t = t[:, :, queries.to(t.device)]
         return t.mean(dim=(0, 2)).float()
 
-    return Locality(mean(mean_distance), mean(radius), mean(entropy), mean(spread))
+    return Locality(mean(mean_distance), mean(radius), mean(entropy), mean(spread), mean(peak))

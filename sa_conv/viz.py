@@ -1,4 +1,10 @@
-"""Pure figure functions: tensors in, a matplotlib ``Figure`` out (Agg backend, no pyplot state)."""
+"""Pure figure functions: tensors in, a matplotlib ``Figure`` out (Agg backend, no pyplot state).
+
+Attention cells: colour = probability divided by the head's own peak (one colour bar, 0..1; the cell's
+title gives the peak), the red square is the query pixel, and the contours enclose 50% (white) and 90%
+(orange) of the head's attention mass. Centre figures draw each head's Gaussian at its centre with the
+circles (ellipses) holding 50% (solid) and 90% (dotted) of its mass, as the paper's Figures 3-4.
+"""
 
 from __future__ import annotations
 
@@ -10,20 +16,26 @@ import matplotlib
 matplotlib.use("Agg")
 
 import numpy as np
-import torch
+from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Ellipse, Rectangle
 from torch import Tensor
 
 __all__ = [
     "attention_grid",
-    "centre_trajectories",
+    "centre_plot",
     "conversion_figure",
+    "layer_heads",
+    "locality_over_training",
     "locality_summary",
     "mass_levels",
+    "mass_radius",
 ]
 
 CMAP = "viridis"
+CONTOURS = ("orange", "white")  # for the ascending levels: the 90% boundary, then the 50% one
+CONTOUR_NOTE = "contours: 50% (white) and 90% (orange) of the mass; red square: query"
 
 
 def mass_levels(p: np.ndarray, masses: Sequence[float] = (0.5, 0.9)) -> list[float]:
@@ -34,18 +46,57 @@ def mass_levels(p: np.ndarray, masses: Sequence[float] = (0.5, 0.9)) -> list[flo
     return sorted(levels)
 
 
-def _cell(ax, p: np.ndarray, query: tuple[int, int] | None, contours: bool = True) -> None:
-    ax.imshow(p, cmap=CMAP, interpolation="nearest")
+def mass_radius(mass: float) -> float:
+    """Mahalanobis radius r of a 2D Gaussian whose ellipse d^T A d = r^2 holds ``mass``: sqrt(-2 ln(1-m))."""
+    return math.sqrt(-2.0 * math.log(1.0 - mass))
+
+
+def _cell(ax, p: np.ndarray, query: tuple[int, int] | None, contours: bool = True):
+    """One attention map, scaled to its own peak; returns the image (for a colour bar)."""
+    image = ax.imshow(
+        p / max(float(p.max()), 1e-30), cmap=CMAP, norm=Normalize(0, 1), interpolation="nearest"
+    )
     if contours and p.max() > p.min():
-        levels = mass_levels(p)
+        levels = mass_levels(p)  # ascending: the 90% threshold, then the 50% one
         if len(levels) == 2 or (len(levels) == 1 and levels[0] > p.min()):
-            ax.contour(p, levels=levels, colors=["white", "orange"][: len(levels)], linewidths=0.7)
+            ax.contour(p, levels=levels, colors=list(CONTOURS[-len(levels) :]), linewidths=0.7)
     if query is not None:
         ax.add_patch(
             Rectangle((query[1] - 0.5, query[0] - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.2)
         )
     ax.set_xticks([])
     ax.set_yticks([])
+    return image
+
+
+def _query_maps(m: Tensor, q: int, height: int, width: int) -> np.ndarray:
+    """``(B|1, heads, N, N)`` -> the query's maps ``(heads, H, W)``, averaged over the batch."""
+    return m.detach().float().mean(0)[:, q].reshape(-1, height, width).cpu().numpy()
+
+
+def layer_heads(
+    probs: Tensor, height: int, width: int, query: tuple[int, int], *, title: str | None = None
+) -> Figure:
+    """One layer's heads in a near-square grid (3x3 for 9 heads, 4x4 for 16), with a colour bar.
+
+    ``probs``: ``(B|1, heads, N, N)`` (averaged over B); each cell the query's attention over the grid.
+    """
+    maps = _query_maps(probs, query[0] * width + query[1], height, width)
+    heads = len(maps)
+    cols = math.ceil(math.sqrt(heads))
+    rows = math.ceil(heads / cols)
+    fig = Figure(figsize=(1.9 * cols + 1.0, 1.9 * rows + 0.9), constrained_layout=True)
+    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+    image = None
+    for h, ax in enumerate(axes):
+        if h >= heads:
+            ax.set_visible(False)
+            continue
+        image = _cell(ax, maps[h], query)
+        ax.set_title(f"head {h + 1} (peak {maps[h].max():.2f})", fontsize=8)
+    fig.colorbar(image, ax=list(axes[:heads]), shrink=0.8, label="probability / head's peak")
+    fig.suptitle((f"{title}\n" if title else "") + CONTOUR_NOTE, fontsize=9)
+    return fig
 
 
 def attention_grid(
@@ -58,98 +109,169 @@ def attention_grid(
 ) -> Figure:
     """Rows = layers, columns = heads: each cell the probabilities of one query over the grid.
 
-    ``maps``: one ``(B|1, heads, N, N)`` tensor per layer (averaged over B). The query pixel is outlined
-    in red; contours enclose 50% (white) and 90% (orange) of the mass.
+    ``maps``: one ``(B|1, heads, N, N)`` tensor per layer (averaged over B).
     """
-    layers, heads = len(maps), maps[0].shape[1]
+    layers, heads = len(maps), max(m.shape[1] for m in maps)
     q = query[0] * width + query[1]
-    fig = Figure(figsize=(1.3 * heads + 0.6, 1.3 * layers + 0.6), constrained_layout=True)
+    fig = Figure(figsize=(1.3 * heads + 1.4, 1.3 * layers + 0.9), constrained_layout=True)
     axes = fig.subplots(layers, heads, squeeze=False)
+    image = None
     for i, m in enumerate(maps):
-        probs = m.detach().float().mean(0)[:, q].reshape(heads, height, width).cpu().numpy()  # (heads, H, W)
+        probs = _query_maps(m, q, height, width)  # (heads, H, W)
         for h in range(heads):
-            _cell(axes[i, h], probs[h], query)
+            if h >= len(probs):
+                axes[i, h].set_visible(False)
+                continue
+            image = _cell(axes[i, h], probs[h], query)
             if i == 0:
                 axes[i, h].set_title(f"head {h + 1}", fontsize=8)
         axes[i, 0].set_ylabel(f"layer {i + 1}", fontsize=8)
-    if title:
-        fig.suptitle(title, fontsize=10)
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, label="probability / head's peak")
+    fig.suptitle((f"{title}\n" if title else "") + CONTOUR_NOTE, fontsize=9)
     return fig
 
 
-def centre_trajectories(
-    history: Tensor,
+def _head_colours(heads: int) -> np.ndarray:
+    return matplotlib.colormaps["tab20"](np.arange(heads) % 20)
+
+
+def _gaussian_ellipse(centre: np.ndarray, inv_cov: np.ndarray, mass: float, colour, style: str) -> Ellipse:
+    """The ellipse d^T A d = r(mass)^2 around ``centre`` (dy, dx), drawn in (x = dx, y = dy)."""
+    vals, vecs = np.linalg.eigh(inv_cov)  # A in (dy, dx) coordinates, ascending eigenvalues
+    vals = np.clip(vals, 1e-6, None)
+    r = mass_radius(mass)
+    axes = 2 * r / np.sqrt(vals)  # full axis lengths along each eigenvector
+    vy, vx = vecs[0, 0], vecs[1, 0]  # first eigenvector in (dy, dx)
+    angle = math.degrees(math.atan2(vy, vx))
+    return Ellipse(
+        (centre[1], centre[0]), axes[0], axes[1], angle=angle, fill=False, color=colour, lw=0.8, ls=style
+    )
+
+
+def _centre_panel(ax, centres: np.ndarray, inv_cov: np.ndarray | None, extent: float, annotate: bool) -> None:
+    colours = _head_colours(len(centres))
+    for h, (dy, dx) in enumerate(centres):
+        ax.plot(dx, dy, "o", color=colours[h], markersize=3)
+        if inv_cov is not None:
+            ax.add_patch(_gaussian_ellipse(centres[h], inv_cov[h], 0.5, colours[h], "-"))
+            ax.add_patch(_gaussian_ellipse(centres[h], inv_cov[h], 0.9, colours[h], ":"))
+        if annotate:
+            ax.annotate(str(h + 1), (dx, dy), textcoords="offset points", xytext=(3, 3), fontsize=6)
+    ax.add_patch(Rectangle((-0.5, -0.5), 1, 1, color="black"))  # the query pixel
+    ax.set_xlim(-extent, extent)
+    ax.set_ylim(extent, -extent)  # y down, like the image
+    ax.set_aspect("equal")
+    ax.grid(True, linewidth=0.3)
+    ax.tick_params(labelsize=6)
+
+
+def centre_plot(
+    centres: Tensor,
     *,
-    steps: Sequence[int] | None = None,
     inverse_covariance: Tensor | None = None,
-    extent: float = 8.0,
+    steps: Sequence[int] | None = None,
+    points: int = 4,
+    extent: float = 6.0,
     title: str | None = None,
 ) -> Figure:
-    """Each head's centre of attention per layer over training: one panel per layer.
+    """The paper's centre plot: each head's centre with its 50% / 90% circles, per layer, at several
+    points of training (rows), and a last row with every head's trajectory.
 
-    ``history`` ``(T, layers, heads, 2)`` in (dy, dx); lines from start (dot) to end (cross), drawn
-    with x to the right and y down like the image. With ``inverse_covariance`` ``(layers, heads, 2, 2)``
-    (generalized Gaussian) each head's final 1-sigma covariance ellipse is drawn too.
+    ``centres`` ``(T, layers, heads, 2)`` in (dy, dx) over T snapshots; ``inverse_covariance``
+    ``(T, layers, heads, 2, 2)`` (the quadratic's s^2 I or the generalized S S^T) draws the circles.
     """
-    hist = history.detach().float().cpu().numpy()
-    t, layers, heads, _ = hist.shape
-    cols = min(layers, 3)
-    rows = math.ceil(layers / cols)
-    fig = Figure(figsize=(3.2 * cols, 3.2 * rows), constrained_layout=True)
-    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
-    colors = matplotlib.colormaps["tab20"](np.linspace(0, 1, max(heads, 2)))
-    for layer in range(layers):
-        ax = axes[layer]
-        for h in range(heads):
-            dy, dx = hist[:, layer, h, 0], hist[:, layer, h, 1]
-            ax.plot(dx, dy, color=colors[h], linewidth=1)
-            ax.plot(dx[0], dy[0], "o", color=colors[h], markersize=3)
-            ax.plot(dx[-1], dy[-1], "x", color=colors[h], markersize=6)
-            if inverse_covariance is not None:
-                cov = torch.linalg.inv(inverse_covariance[layer, h].detach().double().cpu()).numpy()
-                vals, vecs = np.linalg.eigh(cov)
-                # (dy, dx) covariance -> axis-aligned drawing in (x=dx, y=dy)
-                angle = math.degrees(math.atan2(vecs[0, 1], vecs[1, 1]))
-                w, hgt = 2 * np.sqrt(np.clip(vals[1], 0, 1e4)), 2 * np.sqrt(np.clip(vals[0], 0, 1e4))
-                ax.add_patch(
-                    Ellipse((dx[-1], dy[-1]), w, hgt, angle=angle, fill=False, color=colors[h], lw=0.8)
-                )
-        ax.plot(0, 0, "s", color="red", markersize=5)  # the query pixel
-        ax.set_xlim(-extent, extent)
-        ax.set_ylim(extent, -extent)
-        ax.set_aspect("equal")
-        ax.grid(True, linewidth=0.3)
-        ax.set_title(f"layer {layer + 1}", fontsize=9)
-        ax.set_xlabel("dx", fontsize=8)
-        ax.set_ylabel("dy", fontsize=8)
-    for ax in axes[layers:]:
-        ax.set_visible(False)
-    subtitle = f"{t} snapshots" + (f", steps {steps[0]}..{steps[-1]}" if steps else "")
+    c = centres.detach().double().cpu().numpy()
+    inv = None if inverse_covariance is None else inverse_covariance.detach().double().cpu().numpy()
+    t, layers, heads, _ = c.shape
+    chosen = sorted({round(i * (t - 1) / max(points - 1, 1)) for i in range(min(points, t))})
+    rows = len(chosen) + (t > 1)
+    fig = Figure(figsize=(2.3 * layers + 0.6, 2.3 * rows + 0.9), constrained_layout=True)
+    axes = fig.subplots(rows, layers, squeeze=False)
+    for r, i in enumerate(chosen):
+        for layer in range(layers):
+            ax = axes[r, layer]
+            _centre_panel(ax, c[i, layer], None if inv is None else inv[i, layer], extent, annotate=r == 0)
+            if r == 0:
+                ax.set_title(f"layer {layer + 1}", fontsize=9)
+        label = f"step {steps[i]}" if steps is not None else f"snapshot {i + 1}"
+        axes[r, 0].set_ylabel(label, fontsize=8)
+    if t > 1:
+        colours = _head_colours(heads)
+        for layer in range(layers):
+            ax = axes[-1, layer]
+            for h in range(heads):
+                ax.plot(c[:, layer, h, 1], c[:, layer, h, 0], color=colours[h], lw=0.9)
+                ax.plot(c[-1, layer, h, 1], c[-1, layer, h, 0], "x", color=colours[h], markersize=5)
+            _centre_panel(ax, c[-1, layer], None, extent, annotate=False)
+        axes[-1, 0].set_ylabel("trajectories", fontsize=8)
+    legend = [
+        Line2D([], [], color="grey", lw=0.8, ls="-", label="50% of the head's mass"),
+        Line2D([], [], color="grey", lw=0.8, ls=":", label="90%"),
+        Line2D([], [], marker="s", color="black", ls="", label="query pixel"),
+    ]
+    fig.legend(handles=legend, loc="outside lower center", ncols=3, fontsize=7)
+    span = f", steps {steps[0]}..{steps[-1]}" if steps else ""
     fig.suptitle(
-        f"{title + ': ' if title else ''}centres of attention during training ({subtitle})", fontsize=10
+        f"{title + ': ' if title else ''}centres of attention (dy down, dx right){span}", fontsize=10
     )
     return fig
 
 
-def locality_summary(
-    distances: Tensor, *, localized: Tensor | None = None, title: str | None = None
+def locality_over_training(
+    steps: Sequence[int],
+    mean_distance: Tensor,
+    sharp_fraction: Tensor,
+    *,
+    median_alpha: Tensor | None = None,
+    title: str | None = None,
 ) -> Figure:
-    """Mean attention distance of every head, per layer ``(layers, heads)``; localized heads filled."""
+    """Per layer, against the training step: median alpha (Gaussian heads), mean attention distance,
+    and the fraction of heads with >= 0.5 of their mass on one pixel. Each tensor is ``(T, layers)``."""
+    series = [("mean attention distance (pixels)", mean_distance, False)]
+    series.append(("fraction of heads with >= 50% on one pixel", sharp_fraction, False))
+    if median_alpha is not None:
+        series.insert(0, ("median alpha (log scale)", median_alpha, True))
+    fig = Figure(figsize=(3.6 * len(series), 3.2), constrained_layout=True)
+    axes = np.atleast_1d(fig.subplots(1, len(series)))
+    x = np.asarray(steps)
+    for ax, (label, values, log) in zip(axes, series, strict=True):
+        v = values.detach().float().cpu().numpy()
+        for layer in range(v.shape[1]):
+            ax.plot(x, v[:, layer], marker=".", markersize=3, label=f"layer {layer + 1}")
+        ax.set_xlabel("training step", fontsize=8)
+        ax.set_title(label, fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.grid(True, linewidth=0.3)
+        if log:
+            ax.set_yscale("log")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(title or "locality over training", fontsize=10)
+    return fig
+
+
+def locality_summary(distances: Tensor, *, sharp: Tensor | None = None, title: str | None = None) -> Figure:
+    """Mean attention distance of every head, per layer ``(layers, heads)``; sharp heads filled."""
     d = distances.detach().float().cpu().numpy()
     layers, heads = d.shape
-    fig = Figure(figsize=(1.0 + 0.8 * layers, 3.2), constrained_layout=True)
+    fig = Figure(figsize=(1.4 + 0.8 * layers, 3.2), constrained_layout=True)
     ax = fig.subplots()
     for layer in range(layers):
         xs = np.full(heads, layer + 1) + np.linspace(-0.15, 0.15, heads)
-        loc = localized[layer].cpu().numpy() if localized is not None else np.zeros(heads, bool)
-        ax.scatter(xs[loc], d[layer, loc], color="tab:blue", s=18, label="localized" if layer == 0 else None)
+        filled = sharp[layer].cpu().numpy() if sharp is not None else np.zeros(heads, bool)
         ax.scatter(
-            xs[~loc],
-            d[layer, ~loc],
+            xs[filled],
+            d[layer, filled],
+            color="tab:blue",
+            s=18,
+            label=">= 50% on one pixel" if layer == 0 else None,
+        )
+        ax.scatter(
+            xs[~filled],
+            d[layer, ~filled],
             facecolor="none",
             edgecolor="tab:blue",
             s=18,
-            label="spread out" if layer == 0 and localized is not None else None,
+            label="spread out" if layer == 0 and sharp is not None else None,
         )
     ax.plot(np.arange(1, layers + 1), d.mean(1), color="black", linewidth=1, label="mean")
     ax.set_xticks(np.arange(1, layers + 1))

@@ -1,12 +1,16 @@
 """The command-line programs, run in-process through their one-line error guard."""
 
+import dataclasses
 import json
 
 import pytest
 import torch
+import yaml
 
 from experiments import convert, evaluate, run
 from experiments.cli import main_guard
+from sa_conv.models import MODELS
+from sa_conv.training import RunConfig, RunOptions
 
 TINY = ["--scale", "tiny", "--layers", "1", "--hidden", "16", "--heads", "4", "--epochs", "1"]
 
@@ -18,7 +22,7 @@ def call(module, argv, capsys):
 
 
 def one_line_error(code, err):
-    lines = [line for line in err.strip().splitlines() if line.startswith("error:")]
+    lines = [line for line in err.strip().splitlines() if "error:" in line]
     assert code != 0
     assert len(lines) == 1, err
     assert "Traceback" not in err
@@ -35,26 +39,23 @@ def synthetic_run(tmp_path_factory):
 
 def test_run_writes_everything(synthetic_run):
     files = {p.name for p in synthetic_run.iterdir()}
-    assert {"hparams.yaml", "metrics.json", "checkpoints"} <= files
+    assert {"hparams.yaml", "config.yaml", "metrics.json", "checkpoints"} <= files
     assert any(name.startswith("events.out.tfevents") for name in files)
     ckpts = {p.name for p in (synthetic_run / "checkpoints").iterdir()}
     assert "last.ckpt" in ckpts and any(name.startswith("best-") for name in ckpts)
     metrics = json.loads((synthetic_run / "metrics.json").read_text())
     assert metrics["model"] == "quadratic" and metrics["params"] > 0 and metrics["flops_per_image"] > 0
     assert 0.0 <= metrics["test_acc"] <= 1.0 and metrics["train_images_per_s"] > 0
-    assert metrics["config"]["model_config"] == {
-        "layers": 1,
-        "hidden": 16,
-        "ffn": 128,
-        "attn_dropout": 0.0,
-        "heads": 4,
-    }
-    assert "cpu" in metrics["hardware"]
+    model_config = metrics["config"]["model_config"]
+    assert (model_config["layers"], model_config["hidden"], model_config["heads"]) == (1, 16, 4)
+    assert model_config["attn_dropout"] == 0.0 and model_config["init"] == "paper"  # the tiny preset's
+    assert metrics["history"][0]["epoch"] == 1 and "val_acc" in metrics["history"][0]
+    assert "cpu" in metrics["hardware"] and metrics["protocol"] == "clean"
 
 
-def test_checkpoint_reloads_into_evaluate_with_the_same_accuracy(synthetic_run, capsys):
+def test_checkpoint_reloads_into_evaluate_with_the_checkpoints_own_data(synthetic_run, capsys):
     metrics = json.loads((synthetic_run / "metrics.json").read_text())
-    code, out, _ = call(evaluate, [metrics["best_checkpoint"], "--synthetic", "--json"], capsys)
+    code, out, _ = call(evaluate, [metrics["best_checkpoint"], "--json"], capsys)  # no data flag: the run's
     assert code == 0
     report = json.loads(out.strip().splitlines()[-1])
     assert report["accuracy"] == pytest.approx(metrics["test_acc"], abs=1e-6)
@@ -72,14 +73,52 @@ def test_same_seed_same_metrics(tmp_path, synthetic_run):
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
-def test_resume_latest_continues_the_run(tmp_path, capsys):
-    args = ["quadratic", *TINY[:-2], "--synthetic", "--output-dir", str(tmp_path)]
-    assert main_guard(run.main)([*args, "--epochs", "1"]) == 0
-    code, _, _ = call(run, [*args, "--epochs", "2", "--resume"], capsys)
+def test_a_runs_saved_config_repeats_it_exactly(synthetic_run, capsys):
+    saved = synthetic_run / "config.yaml"
+    original = RunConfig.from_dict(yaml.safe_load(saved.read_text()))
+    code, out, _ = call(run, ["--config", str(saved), "--print-config"], capsys)
+    assert code == 0 and RunConfig.from_dict(yaml.safe_load(out)) == original
+    metrics = json.loads((synthetic_run / "metrics.json").read_text())
+    assert RunConfig.from_dict(metrics["config"]) == original
+
+
+def test_print_config_round_trips_through_config(tmp_path, capsys):
+    code, out, _ = call(
+        run, ["learned", "--scale", "small", "--heads", "16", "--lr", "0.05", "--print-config"], capsys
+    )
     assert code == 0
-    metrics = json.loads((tmp_path / "quadratic/version_0/metrics.json").read_text())
-    assert metrics["epochs_completed"] == 2
-    assert not (tmp_path / "quadratic/version_1").exists()
+    printed = RunConfig.from_dict(yaml.safe_load(out))
+    assert printed == RunConfig(
+        model="learned", scale="small", model_config={**printed.model_config}, lr=0.05, epochs=15
+    )
+    assert printed.model_config["heads"] == 16 and printed.model_config["hidden"] == 64
+    path = tmp_path / "c.yaml"
+    path.write_text(out)
+    code, again, _ = call(run, ["--config", str(path), "--print-config"], capsys)
+    assert code == 0 and again == out
+    code, over, _ = call(
+        run, ["--config", str(path), "--epochs", "2", "--no-content", "--print-config"], capsys
+    )
+    assert RunConfig.from_dict(yaml.safe_load(over)) == printed.replace(epochs=2)  # flags win over the file
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_every_config_field_is_a_flag(model):
+    base = run.base_config([model])
+    parser = run.build_parser(base)
+    flags = {s for action in parser._actions for s in action.option_strings}
+    family = MODELS[model][0]
+    for cls, skip in ((family, ()), (RunConfig, ("model", "scale", "model_config")), (RunOptions, ())):
+        for field in dataclasses.fields(cls):
+            if field.name not in skip:
+                assert "--" + field.name.replace("_", "-") in flags, (cls.__name__, field.name)
+
+
+def test_help_shows_the_presets_values(capsys):
+    code, out, _ = call(run, ["quadratic", "--scale", "tiny", "--help"], capsys)
+    assert code == 0
+    assert "(default: 3)" in " ".join(out.split())  # --epochs of the tiny preset, not the paper's 300
+    assert "--attn-dropout" in out and "--weight-decay" in out and "--warmup" in out
 
 
 @pytest.mark.parametrize(
@@ -88,9 +127,27 @@ def test_resume_latest_continues_the_run(tmp_path, capsys):
         (["vit"], "unknown model 'vit'; valid models: resnet18"),
         (["quadratic", "--scale", "huge"], "unknown scale 'huge'"),
         (["quadratic", "--heads", "0"], "heads must be a positive integer"),
-        (["resnet18", "--heads", "4"], "resnet18 has no option --heads"),
+        (["resnet18", "--heads", "4"], "resnet18 has no option --heads (it is an option of quadratic)"),
+        (["quadratic", "--epochs", "0"], "epochs must be a positive integer"),
+        (["quadratic", "--train-subset", "-5"], "train_subset must be a positive integer"),
+        (["quadratic", "--val-size", "-10"], "val_size must be >= 0"),
+        (["quadratic", "--limit-train-batches", "0"], "limit_train_batches must be"),
+        (["quadratic", "--limit-train-batches", "1.5"], "limit_train_batches must be"),
+        (["quadratic", "--lr", "nan"], "nan is not a number"),
+        (["quadratic", "--lr", "inf"], "lr must be positive and finite"),
+        (["quadratic", "--batch-size", "0"], "batch_size must be a positive integer"),
+        (["quadratic", "--precision", "64-true"], "precision must be one of"),
+        (["quadratic", "--accelerator", "tpu"], "accelerator must be one of"),
+        (["quadratic", "--devices", "0"], "devices must be a positive integer or auto"),
+        (["quadratic", "--figures-every", "0"], "figures_every must be a positive integer"),
+        (["quadratic", "--max-time", "ten minutes"], "max_time must be DD:HH:MM:SS"),
+        (["quadratic", "--attn-dropout", "1.5"], "attn_dropout must be in [0, 1)"),
+        (["quadratic", "--encoding", "sinusoid"], "encoding must be one of quadratic, gaussian"),
         (["quadratic", "--data-dir", "/nonexistent/cifar"], "does not exist"),
         (["quadratic", "--resume", "/nonexistent.ckpt"], "does not exist"),
+        (["quadratic", "--config", "/nonexistent.yaml"], "config file /nonexistent.yaml does not exist"),
+        (["--print-config"], "required: model"),
+        (["--epochs", "2", "--print-config"], "required: model"),
     ],
 )
 def test_run_bad_input(argv, match, capsys):
@@ -98,12 +155,38 @@ def test_run_bad_input(argv, match, capsys):
     assert match in one_line_error(code, err)
 
 
+def test_run_bad_config_files(tmp_path, capsys):
+    cases = {
+        "bad.yaml": ("model: [unclosed", "is not valid YAML"),
+        "unknown.yaml": ("model: quadratic\nwidth_of_things: 3\n", "has no option width_of_things"),
+        "typed.yaml": ("model: quadratic\nepochs: three\n", "epochs must be an integer"),
+        "list.yaml": ("- 1\n- 2\n", "must be a mapping"),
+        "empty.yaml": ("", "is empty"),
+    }
+    for name, (text, match) in cases.items():
+        (tmp_path / name).write_text(text)
+        code, _, err = call(run, ["--config", str(tmp_path / name)], capsys)
+        assert match in one_line_error(code, err), name
+    code, _, err = call(run, ["learned", "--config", str(tmp_path / "unknown.yaml")], capsys)
+    assert "differs from" in one_line_error(code, err) or "has no option" in err
+
+
 def test_run_unknown_option(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main_guard(run.main)(["quadratic", "--bogus"])
-    _, err = capsys.readouterr()
-    assert exit_info.value.code == 2
-    assert err.count("\n") == 1 and "unrecognized arguments: --bogus" in err
+    code, _, err = call(run, ["quadratic", "--bogus"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "unrecognized arguments: --bogus" in err
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda tmp: tmp / "file", "is a file, not a directory"),  # --output-dir an existing file
+        (lambda tmp: tmp / "file" / "below", "is not writable"),  # a folder under a file
+    ],
+)
+def test_run_bad_output_dir(tmp_path, capsys, make, match):
+    (tmp_path / "file").write_text("x")
+    code, _, err = call(run, ["quadratic", *TINY, "--synthetic", "--output-dir", str(make(tmp_path))], capsys)
+    assert match in one_line_error(code, err)
 
 
 def test_run_empty_and_classless_data_dir(tmp_path, capsys):
@@ -128,6 +211,8 @@ def test_evaluate_rejects_foreign_files(tmp_path, capsys):
     assert "not an sa-conv checkpoint" in one_line_error(code, err)
     code, _, err = call(evaluate, [str(tmp_path / "missing.ckpt")], capsys)
     assert "does not exist" in one_line_error(code, err)
+    code, _, err = call(evaluate, [str(tmp_path)], capsys)
+    assert "is a directory" in one_line_error(code, err)
 
 
 def test_evaluate_rejects_another_version(tmp_path, synthetic_run, capsys):
@@ -137,6 +222,20 @@ def test_evaluate_rejects_another_version(tmp_path, synthetic_run, capsys):
     torch.save(ckpt, path)
     code, _, err = call(evaluate, [str(path), "--synthetic"], capsys)
     assert "written by sa-conv 0.0.1" in one_line_error(code, err)
+
+
+def test_evaluate_needs_the_checkpoints_data_or_a_data_dir(tmp_path, capsys):
+    ckpt = tmp_path / "moved.ckpt"
+    out = tmp_path / "runs"
+    argv = ["quadratic", *TINY, "--synthetic", "--output-dir", str(out)]
+    assert main_guard(run.main)(argv) == 0
+    state = torch.load(out / "quadratic/version_0/checkpoints/last.ckpt", weights_only=False)
+    state["datamodule_hyper_parameters"].update(source="auto", data_dir=str(tmp_path / "gone"))
+    torch.save(state, ckpt)
+    capsys.readouterr()
+    code, _, err = call(evaluate, [str(ckpt)], capsys)
+    line = one_line_error(code, err)
+    assert "trained on" in line and "gone" in line and "--data-dir" in line
 
 
 def test_convert_pass_and_fail(capsys):
@@ -166,9 +265,14 @@ def test_convert_sweep(capsys):
         (["--kernel-size", "5", "--max-heads", "16"], "needs 25 heads, more than max_heads=16"),
         (["--groups", "3"], "invalid convolution"),
         (["--kernel-size", "9", "--padding", "0", "--size", "4"], "cannot run"),
+        (["--batch", "0"], "must be a positive integer"),
+        (["--dilation", "0"], "dilation"),
+        (["--alpha", "inf"], "alpha must be positive and finite"),
+        (["--figure", "TMP"], "must be a .png file path"),
     ],
 )
-def test_convert_bad_input(argv, match, capsys):
+def test_convert_bad_input(argv, match, capsys, tmp_path):
+    argv = [str(tmp_path) if a == "TMP" else a for a in argv]
     code, _, err = call(convert, argv, capsys)
     assert match in one_line_error(code, err)
 
@@ -184,9 +288,9 @@ def test_convert_a_trained_resnet_layer(tmp_path, capsys):
     assert "no Conv2d named 'fc'" in one_line_error(code, err)
 
 
-def test_limit_train_batches_counts_or_fractions(tmp_path):
-    for limit, steps in (("2", 4), ("0.4", 4)):  # 410 images / 100 = 5 batches per epoch; 2 epochs
-        out = tmp_path / limit
-        argv = ["quadratic", *TINY[:-2], "--epochs", "2", "--synthetic", "--limit-train-batches", limit]
-        assert main_guard(run.main)([*argv, "--no-figures", "--output-dir", str(out)]) == 0
-        assert json.loads((out / "quadratic/version_0/metrics.json").read_text())["global_steps"] == steps
+@pytest.mark.parametrize(("limit", "steps"), [("1", 2), ("2", 4), ("0.4", 4), ("1.0", 10)])
+def test_limit_train_batches_counts_or_fractions(tmp_path, limit, steps):
+    # 410 synthetic training images / 100 = 5 batches per epoch; 2 epochs
+    argv = ["quadratic", *TINY[:-2], "--epochs", "2", "--synthetic", "--limit-train-batches", limit]
+    assert main_guard(run.main)([*argv, "--figures-every", "none", "--output-dir", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "quadratic/version_0/metrics.json").read_text())["global_steps"] == steps

@@ -1,3 +1,4 @@
+import copy
 import json
 import math
 import socket
@@ -7,34 +8,41 @@ import time
 import urllib.parse
 import urllib.request
 
+import numpy as np
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from experiments import figures, run
 from experiments.cli import main_guard
+from sa_conv.callbacks import figures_of
+from sa_conv.checkpointing import read_checkpoint
 from sa_conv.encodings import QuadraticEncoding
-from sa_conv.metrics import locality
-from sa_conv.viz import attention_grid, centre_trajectories, conversion_figure, locality_summary, mass_levels
+from sa_conv.lit import ImageClassifier
+from sa_conv.metrics import gaussian_alpha, interior_queries, locality
+from sa_conv.viz import (
+    attention_grid,
+    centre_plot,
+    conversion_figure,
+    layer_heads,
+    locality_over_training,
+    locality_summary,
+    mass_levels,
+    mass_radius,
+)
 
 TINY = ["--scale", "tiny", "--layers", "2", "--hidden", "16", "--heads", "4", "--epochs", "2", "--synthetic"]
-
-
-def interior(height: int, width: int, margin: int) -> torch.Tensor:
-    ys, xs = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")
-    keep = (ys >= margin) & (ys < height - margin) & (xs >= margin) & (xs < width - margin)
-    return (ys * width + xs)[keep]
 
 
 def test_metrics_exact_on_one_hot_shift():
     enc = QuadraticEncoding(1).set_(torch.tensor([[1.0, 2.0]]), 1000.0)
     probs = enc.logits(8, 8).softmax(-1)[None]  # one-hot on query + (1, 2) inside the image
-    m = locality(probs, 8, 8, queries=interior(8, 8, 2))
+    m = locality(probs, 8, 8, queries=interior_queries(8, 8, 2))
     assert m.mean_distance.item() == pytest.approx(math.sqrt(5), abs=1e-6)
     assert m.radius90.item() == pytest.approx(math.sqrt(5), abs=1e-6)
     assert m.entropy.item() == pytest.approx(0.0, abs=1e-6)
     assert m.spread.item() == pytest.approx(0.0, abs=1e-6)
-    assert m.localized.tolist() == [True]
+    assert m.peak_mass.item() == pytest.approx(1.0) and m.sharp.tolist() == [True]
 
 
 def test_metrics_exact_on_uniform_attention():
@@ -45,8 +53,17 @@ def test_metrics_exact_on_uniform_attention():
     assert m.entropy.item() == pytest.approx(math.log(3))
     # centroid of query 0 is shift 1 -> spread sqrt(2/3); query 1: 0 -> sqrt(2/3); query 2: -1 -> sqrt(2/3)
     assert m.spread.item() == pytest.approx(math.sqrt(2 / 3))
-    wide = locality(torch.full((1, 2, 64, 64), 1 / 64), 8, 8)  # uniform over an 8x8 grid
-    assert wide.localized.tolist() == [False, False] and wide.entropy[0].item() == pytest.approx(math.log(64))
+    assert m.peak_mass.item() == pytest.approx(1 / 3) and m.sharp.tolist() == [False]
+
+
+def test_peak_mass_of_a_gaussian_head():
+    """alpha = 2 centred on a pixel: 1 / sum over shifts of exp(-2 |d|^2) of the mass on that pixel."""
+    enc = QuadraticEncoding(1).set_(torch.tensor([[0.0, 1.0]]), 2.0)
+    m = locality(enc.logits(16, 16).softmax(-1)[None], 16, 16, queries=interior_queries(16, 16, 4))
+    d = torch.arange(-8, 9.0)
+    expected = 1 / torch.exp(-2 * (d[:, None] ** 2 + d[None] ** 2)).sum()
+    assert m.peak_mass.item() == pytest.approx(expected.item(), rel=1e-4)
+    assert gaussian_alpha(torch.eye(2) * 4).item() == pytest.approx(2.0)  # A = s^2 I, alpha = s^2 / 2
 
 
 def test_mass_levels():
@@ -54,15 +71,61 @@ def test_mass_levels():
     assert mass_levels(p) == pytest.approx([0.3, 0.6])  # >= 0.6 holds 60% (>= 50%); >= 0.3 holds 90%
 
 
-def test_figure_panels():
+@pytest.mark.parametrize(("heads", "rows", "cols"), [(9, 3, 3), (16, 4, 4), (4, 2, 2), (6, 2, 3)])
+def test_layer_figure_is_a_near_square_grid_with_a_colour_bar(heads, rows, cols):
+    probs = torch.rand(1, heads, 64, 64).softmax(-1)
+    fig = layer_heads(probs, 8, 8, (3, 4))
+    panels = [ax for ax in fig.axes if ax.get_visible() and ax.images]
+    assert len(panels) == heads
+    positions = {(round(ax.get_position().y0, 3), round(ax.get_position().x0, 3)) for ax in panels}
+    assert len({y for y, _ in positions}) == rows and len({x for _, x in positions}) == cols
+    assert any(ax.get_label() == "<colorbar>" for ax in fig.axes)
+
+
+def test_contours_white_at_half_the_mass_orange_at_ninety_percent():
+    enc = QuadraticEncoding(1).set_(torch.tensor([[0.3, 0.2]]), 0.3)
+    probs = enc.logits(9, 9).softmax(-1)[None]
+    fig = layer_heads(probs, 9, 9, (4, 4))
+    ax = next(ax for ax in fig.axes if ax.images)
+    contour = next(c for c in ax.collections if hasattr(c, "levels"))
+    colours = [tuple(np.round(c, 3)) for c in contour.get_edgecolor()]
+    p = probs[0, 0, 4 * 9 + 4].reshape(9, 9).detach().numpy()
+    t90, t50 = mass_levels(p)
+    assert list(contour.levels) == pytest.approx([t90, t50])
+    assert colours == [(1.0, 0.647, 0.0, 1.0), (1.0, 1.0, 1.0, 1.0)]  # orange at 90%, white at 50%
+
+
+def test_centre_plot_draws_the_50_and_90_percent_circles():
+    t, layers, heads = 5, 2, 3
+    centres = torch.randn(t, layers, heads, 2)
+    s2 = torch.tensor([0.5, 2.0, 8.0])  # inverse covariance s^2 I
+    inv = s2[None, None, :, None, None] * torch.eye(2).expand(t, layers, heads, 2, 2)
+    fig = centre_plot(centres, inverse_covariance=inv, steps=[0, 10, 20, 30, 40], points=3)
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(panels) == (3 + 1) * layers  # 3 points of training + the trajectories, per layer
+    circles = panels[0].patches[:-1]  # the last patch is the query square
+    widths = sorted(round(e.width, 4) for e in circles)
+    expected = sorted(round(2 * mass_radius(m) / math.sqrt(v), 4) for v in s2.tolist() for m in (0.5, 0.9))
+    assert widths == expected
+    (dy, dx) = centres[0, 0, 0].tolist()
+    assert circles[0].center == pytest.approx((dx, dy))
+
+
+def test_locality_over_training_plots_each_layer_against_the_step():
+    steps = [0, 100, 200]
+    distance = torch.tensor([[3.0, 4.0], [2.0, 4.5], [1.5, 5.0]])
+    sharp = torch.tensor([[0.0, 0.0], [0.5, 0.0], [1.0, 0.25]])
+    alpha = torch.tensor([[0.5, 0.5], [1.0, 0.4], [3.0, 0.3]])
+    fig = locality_over_training(steps, distance, sharp, median_alpha=alpha)
+    alpha_ax, distance_ax, sharp_ax = fig.axes
+    assert distance_ax.lines[1].get_ydata().tolist() == [4.0, 4.5, 5.0]
+    assert sharp_ax.lines[0].get_xdata().tolist() == steps and alpha_ax.get_yscale() == "log"
+
+
+def test_other_figures():
     maps = [torch.rand(1, 3, 16, 16).softmax(-1) for _ in range(2)]
-    fig = attention_grid(maps, 4, 4, (1, 2))
-    assert len(fig.axes) == 2 * 3
-    history = torch.randn(5, 3, 4, 2)
-    fig = centre_trajectories(history, inverse_covariance=torch.eye(2).expand(3, 4, 2, 2))
-    assert sum(ax.get_visible() for ax in fig.axes) == 3
-    assert len(fig.axes[0].patches) == 4  # one covariance ellipse per head
-    assert len(locality_summary(torch.rand(3, 4)).axes) == 1
+    assert len([ax for ax in attention_grid(maps, 4, 4, (1, 2)).axes if ax.images]) == 2 * 3
+    assert len(locality_summary(torch.rand(3, 4), sharp=torch.rand(3, 4) > 0.5).axes) == 1
     fig = conversion_figure(
         torch.randn(2, 2, 3, 3), torch.zeros(9, 2), torch.rand(1, 9, 25, 25), 5, 5, (2, 2)
     )
@@ -72,29 +135,61 @@ def test_figure_panels():
 @pytest.fixture(scope="module")
 def logged_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("tb")
-    assert main_guard(run.main)(["quadratic", *TINY, "--figures-every", "1", "--output-dir", str(out)]) == 0
+    argv = ["quadratic", *TINY, "--figures-every", "1", "--history-every", "2", "--output-dir", str(out)]
+    assert main_guard(run.main)(argv) == 0
     return out / "quadratic" / "version_0"
 
 
-def test_callback_writes_tensorboard_images_for_every_layer(logged_run):
+def test_the_run_records_its_locality_history(logged_run):
+    metrics = json.loads((logged_run / "metrics.json").read_text())
+    history = metrics["locality_history"]
+    steps = [s["step"] for s in history]
+    assert steps == sorted(set(steps)) and steps[0] == 0 and steps[-1] == metrics["global_steps"]
+    assert len(steps) >= 4  # every 2 steps of 8, and the epoch ends
+    ckpt = read_checkpoint(logged_run / "checkpoints" / "last.ckpt")
+    enc = ImageClassifier.from_checkpoint(ckpt).backbone.blocks[1].attention.encoding
+    torch.testing.assert_close(torch.tensor(history[-1]["layers"][1]["centres"]), enc.centres.detach())
+    assert [len(layer["mean_distance"]) for layer in history[0]["layers"]] == [4, 4]
+    assert metrics["layers"][0]["heads"] == 4 and "median_alpha" in metrics["layers"][0]
+
+
+def test_centre_and_locality_figures_follow_the_runs_history(logged_run):
+    """The figures are drawn from the history given to them: change it and they change."""
+    metrics = json.loads((logged_run / "metrics.json").read_text())
+    history = metrics["locality_history"]
+    backbone = ImageClassifier.from_checkpoint(read_checkpoint(logged_run / "checkpoints/last.ckpt")).backbone
+    images = torch.zeros(1, 3, 32, 32)
+
+    def drawn(hist):
+        out = dict(figures_of(backbone, images, history=hist))
+        centres = out["attention/centres"].axes[-2].lines[0]  # last row (trajectories), layer 1, head 1
+        distance = out["attention/locality_over_training"].axes[1].lines[0].get_ydata()
+        return centres.get_xdata().tolist(), list(distance)
+
+    xs, distance = drawn(history)
+    assert xs == pytest.approx([s["layers"][0]["centres"][0][1] for s in history])  # dx of every snapshot
+    assert distance == pytest.approx([sum(s["layers"][0]["mean_distance"]) / 4 for s in history])
+    moved = copy.deepcopy(history)
+    for snapshot in moved:
+        snapshot["layers"][0]["centres"][0][1] += 1.0
+        snapshot["layers"][0]["mean_distance"] = [d + 2.0 for d in snapshot["layers"][0]["mean_distance"]]
+    xs2, distance2 = drawn(moved)
+    assert xs2 == pytest.approx([x + 1.0 for x in xs]) and distance2 == pytest.approx(
+        [d + 2 for d in distance]
+    )
+
+
+def test_callback_writes_tensorboard_images_and_scalars(logged_run):
     acc = EventAccumulator(str(logged_run), size_guidance={"images": 0, "scalars": 0})
     acc.Reload()
     images = set(acc.Tags()["images"])
-    assert {
-        "attention/layer1",
-        "attention/layer2",
-        "attention/grid",
-        "attention/centres",
-        "attention/locality",
-    } <= images
+    expected = {"attention/layer1", "attention/layer2", "attention/grid", "attention/centres"}
+    assert expected | {"attention/locality", "attention/locality_over_training"} <= images
     assert len(acc.Images("attention/grid")) == 3  # epochs 1 and 2, and the end of training
     scalars = set(acc.Tags()["scalars"])
-    assert {
-        "locality/layer1/mean_distance",
-        "locality/layer2/radius90",
-        "train/loss_step",
-        "val/acc",
-    } <= scalars
+    assert {"train/loss", "train/loss_step", "train/acc", "val/acc", "lr/decay", "lr/no_decay"} <= scalars
+    assert {"locality/layer1/mean_distance", "locality/layer2/sharp_fraction"} <= scalars
+    assert not any(tag.startswith("lr-SGD") for tag in scalars)
 
 
 def free_port() -> int:
@@ -151,31 +246,37 @@ def test_tensorboard_server_serves_attention_images(logged_run):
         server.wait(timeout=10)
 
 
-def test_figures_cli_renders_pngs(logged_run, tmp_path, capsys):
+def test_figures_cli_renders_pngs_without_data_for_a_positional_model(logged_run, tmp_path, capsys):
     ckpt = logged_run / "checkpoints" / "last.ckpt"
-    assert (
-        main_guard(figures.main)([str(ckpt), "--out", str(tmp_path), "--synthetic", "--query", "3", "4"]) == 0
-    )
+    assert main_guard(figures.main)([str(ckpt), "--out", str(tmp_path), "--query", "3", "4"]) == 0  # no data
     names = {p.name for p in tmp_path.iterdir()}
-    assert {
-        "quadratic_grid.png",
-        "quadratic_layer1.png",
-        "quadratic_layer2.png",
-        "quadratic_centres.png",
-        "quadratic_locality.png",
-        "quadratic_locality.json",
-    } <= names
+    expected = {"quadratic_grid.png", "quadratic_layer1.png", "quadratic_layer2.png", "quadratic_centres.png"}
+    assert expected | {"quadratic_locality.png", "quadratic_locality_over_training.png"} <= names
     scalars = json.loads((tmp_path / "quadratic_locality.json").read_text())
-    assert 0 <= scalars["locality/layer1/localized_fraction"] <= 1
+    assert 0 <= scalars["locality/layer1/sharp_fraction"] <= 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        (["--images", "0"], "must be a positive integer"),
+        (["--query", "99", "0"], "outside the 16x16 token grid"),
+        (["--out", "FILE"], "is a file, not a folder"),
+    ],
+)
+def test_figures_cli_bad_input(logged_run, tmp_path, capsys, extra, match):
+    (tmp_path / "FILE").write_text("x")
+    extra = [str(tmp_path / "FILE") if a == "FILE" else a for a in extra]
+    code = main_guard(figures.main)([str(logged_run / "checkpoints" / "last.ckpt"), *extra])
+    err = capsys.readouterr().err
+    assert code != 0 and match in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
 def test_figures_cli_rejects_a_resnet(tmp_path, capsys):
     argv = ["resnet18", "--scale", "tiny", "--epochs", "1", "--synthetic", "--output-dir", str(tmp_path)]
     assert main_guard(run.main)(argv) == 0
     capsys.readouterr()
-    code = main_guard(figures.main)(
-        [str(tmp_path / "resnet18/version_0/checkpoints/last.ckpt"), "--synthetic"]
-    )
+    code = main_guard(figures.main)([str(tmp_path / "resnet18/version_0/checkpoints/last.ckpt")])
     err = capsys.readouterr().err
     assert code != 0 and "has no attention maps" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1

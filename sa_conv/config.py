@@ -1,0 +1,92 @@
+"""Configs as plain data: a dataclass from a dict (YAML, a checkpoint) with its values checked by type."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, Literal, Union
+
+__all__ = ["coerce", "config_from_dict", "config_to_dict", "field_types"]
+
+
+def field_types(cls: type) -> dict[str, Any]:
+    """The resolved type hint of every field of the dataclass ``cls``, in declaration order."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _is_union(hint: Any) -> bool:
+    return typing.get_origin(hint) in (Union, types.UnionType)
+
+
+def coerce(value: Any, hint: Any, name: str) -> Any:
+    """``value`` as type ``hint`` (``int | None``, ``tuple[int, ...]``, ``Literal[...]``), or ValueError."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if _is_union(hint):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return coerce(value, arg, name)
+            except ValueError as err:
+                errors.append(str(err))
+        raise ValueError(errors[0] if errors else f"{name}: {value!r} is not allowed")
+    if origin is Literal:
+        if value not in args:
+            raise ValueError(f"{name} must be one of {', '.join(map(str, args))}, got {value!r}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{name} must be a string, got {value!r}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"{name} must be a list, got {value!r}")
+        item = args[0]
+        return tuple(coerce(v, item, name) for v in value)
+    if origin is dict or hint is dict:
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{name} must be a mapping, got {value!r}")
+        return dict(value)
+    return value
+
+
+def config_from_dict(cls: type, data: Mapping[str, Any], *, what: str = "config") -> Any:
+    """The dataclass ``cls`` from ``data``; unknown keys and ill-typed values name themselves."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{what} must be a mapping of options, got {type(data).__name__}")
+    types_ = field_types(cls)
+    unknown = sorted(set(data) - set(types_))
+    if unknown:
+        raise ValueError(f"{what} has no option {', '.join(unknown)}; options: {', '.join(types_)}")
+    values = {k: coerce(v, types_[k], k) for k, v in data.items()}
+    return cls(**values)
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """A dataclass as plain data (tuples as lists): what YAML and JSON hold."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, tuple | list):
+            return [plain(v) for v in value]
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return value
+
+    return {f.name: plain(getattr(config, f.name)) for f in dataclasses.fields(config)}

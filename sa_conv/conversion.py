@@ -160,32 +160,52 @@ class HeadsAsConv(nn.Module):
         return self.proj(y.permute(0, 2, 3, 1))  # (B, H, W, out)
 
 
-def local_attention_as_conv(layer: MultiHeadSelfAttention2d, *, renormalize: bool = True) -> HeadsAsConv:
-    """The convolution that a windowed composite attention layer computes (Chang et al.).
+def local_attention_as_conv(
+    layer: MultiHeadSelfAttention2d, *, size: tuple[int, int] | None = None, renormalize: bool = True
+) -> HeadsAsConv:
+    """The convolution that a composite attention layer without content attention computes (Chang et al.).
 
-    Bias term only (no content): ``LightweightConv2d`` with kernel ``softmax(b_h)``. Query term only:
-    ``DynamicConv2d`` whose kernel predictor is ``q_h(x) . w[t] / sqrt(D)`` (linear in ``x``). Exact
-    everywhere with ``renormalize=True``; without it, only where the window lies inside the image.
+    Masked to a K x K window (``mask=True``): kernel K = 2 window + 1. Clipped (``mask=False``): every key
+    of an ``size = (H, W)`` grid is attended, shifts beyond the window taking the edge entry, so the kernel
+    covers the whole grid (K = 2 max(H, W) - 1) with the edge entries repeated outward.
+    Bias term only: ``LightweightConv2d`` with kernel ``softmax(b_h[clip(t)])``. With the query term:
+    ``DynamicConv2d`` whose kernel logits are ``b_h[clip(t)] + q_h(x) . w[clip(t)] / sqrt(D)`` (affine in
+    ``x``). Exact everywhere with ``renormalize=True``; without it, only where the window lies inside
+    the image. Content attention (``q . k``) or a key term has no such convolution: the logit then
+    depends on the key pixel's features, a convolution's weights only on the shift (and the query pixel).
     """
     enc = layer.encoding
-    if not isinstance(enc, CompositeRelativeEncoding) or not enc.mask:
-        raise ValueError("local_attention_as_conv needs a CompositeRelativeEncoding with mask=True")
-    if layer.content or (enc.bias is None) == (enc.rel is None):
-        raise ValueError("local_attention_as_conv needs exactly one relative term and no content attention")
-    heads, d, k = layer.heads, layer.dim, 2 * enc.window + 1
-    if enc.bias is not None:
+    if not isinstance(enc, CompositeRelativeEncoding):
+        raise ValueError("local_attention_as_conv needs a CompositeRelativeEncoding")
+    if layer.content or enc.key_dependent:
+        raise ValueError(
+            "no convolution computes attention with content or a key term: "
+            "the logit depends on the key's features"
+        )
+    if not enc.mask and size is None:
+        raise ValueError("a clipped (mask=False) composite layer attends to the whole grid: pass size=(H, W)")
+    heads, d, w = layer.heads, layer.dim, enc.window
+    k = 2 * w + 1 if enc.mask else 2 * max(size) - 1
+    r = k // 2
+    taps = torch.arange(-r, r + 1).clamp(-w, w) + w  # tap offset -> clipped table row / column
+    index = (taps[:, None] * (2 * w + 1) + taps[None, :]).flatten()  # (K*K,) row-major like unfold
+    bias = enc.bias.flatten(1)[:, index] if enc.bias is not None else None  # (heads, K*K)
+    if enc.rel is None:
         conv = LightweightConv2d(heads * d, heads, k, renormalize=renormalize)
         with torch.no_grad():
-            conv.weight.copy_(enc.bias)
+            conv.weight.copy_(bias.view(heads, k, k))
     else:
         conv = DynamicConv2d(heads * d, heads, k, in_features=d, renormalize=renormalize)
         wq = layer.query.weight.view(heads, d, d)  # (heads, D_q, D_in)
         bq = layer.query.bias.view(heads, d)  # (heads, D_q)
-        rel = enc.rel.flatten(0, 1)  # (T, D_q), taps row-major like unfold
+        rel = enc.rel.flatten(0, 1)[index]  # (K*K, D_q): w[clip(t)]
         with torch.no_grad():
-            # predictor[h, t] = w_t^T W_q_h / sqrt(D), bias w_t . b_q_h / sqrt(D)
+            # predictor[h, t] = w_t^T W_q_h / sqrt(D), bias w_t . b_q_h / sqrt(D) (+ b_h[t])
             conv.predictor.weight.copy_(
                 torch.einsum("tq,hqi->hti", rel, wq).reshape(heads * k * k, d) / math.sqrt(d)
             )
-            conv.predictor.bias.copy_((bq @ rel.T).reshape(heads * k * k) / math.sqrt(d))
+            predictor_bias = (bq @ rel.T) / math.sqrt(d)  # (heads, K*K)
+            if bias is not None:
+                predictor_bias = predictor_bias + bias
+            conv.predictor.bias.copy_(predictor_bias.reshape(heads * k * k))
     return HeadsAsConv(conv, layer.proj, heads).to(layer.proj.weight.device)

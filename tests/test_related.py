@@ -125,7 +125,35 @@ def test_related_parameter_counts():
 def test_bad_related_configs():
     with pytest.raises(ValueError, match="head_ratio"):
         create_model("mixed", heads=9)
-    with pytest.raises(ValueError, match="mask=True"):
+    with pytest.raises(ValueError, match=r"pass size=\(H, W\)"):
         local_attention_as_conv(MultiHeadSelfAttention2d(4, 2, encoding=CompositeRelativeEncoding(2, 4)))
+    content = MultiHeadSelfAttention2d(4, 2, encoding=CompositeRelativeEncoding(2, 4), content=True)
+    with pytest.raises(ValueError, match="no convolution computes attention with content"):
+        local_attention_as_conv(content, size=(4, 4))
     with pytest.raises(ValueError, match="multiple of heads"):
         LightweightConv2d(5, 2, 3)
+
+
+@pytest.mark.parametrize(("query_term", "bias_term"), [(False, True), (True, False), (True, True)])
+def test_clipped_relative_attention_is_a_full_grid_convolution(query_term, bias_term):
+    """The composite default clips shifts to the window: every key is attended, the edge entries repeated
+    outward, and the layer is a (dynamic) convolution whose kernel covers the whole grid."""
+    enc = CompositeRelativeEncoding(
+        3, 6, window=1, mask=False, query_term=query_term, bias_term=bias_term, init_std=1.0
+    )
+    layer = MultiHeadSelfAttention2d(6, 3, encoding=enc, impl="reference").eval()
+    x = torch.randn(2, 5, 7, 6)
+    conv = local_attention_as_conv(layer, size=(5, 7))
+    assert conv.conv.kernel_size == 13  # 2 * max(5, 7) - 1
+    torch.testing.assert_close(conv(x), layer(x), rtol=1e-5, atol=1e-5)
+
+
+def test_composite_key_term_reads_the_reversed_shift():
+    enc = CompositeRelativeEncoding(
+        1, 2, window=1, query_term=False, bias_term=False, key_term=True, init_std=1.0
+    )
+    k = torch.randn(1, 1, 3, 2)  # a 1x3 grid: keys at x = 0, 1, 2
+    logits = enc.key_logits(k, 1, 3)[0, 0]  # (N_q, N_k)
+    # query 0, key 2: shift +2 clips to +1; the key term reads w'[clip(q - k)] = w'[-1] (row 1, column 0)
+    torch.testing.assert_close(logits[0, 2], k[0, 0, 2] @ enc.rel_key[1, 0] / 2**0.5)
+    torch.testing.assert_close(logits[2, 0], k[0, 0, 0] @ enc.rel_key[1, 2] / 2**0.5)

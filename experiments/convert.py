@@ -3,18 +3,31 @@
 python -m experiments.convert --kernel-size 3 --padding 1            # one random conv
 python -m experiments.convert --sweep-alpha                          # error vs alpha, 1..100
 python -m experiments.convert --checkpoint CKPT --layer layers.2.conv1 --data-dir DIR
+python -m experiments.convert --checkpoint RESNET_CKPT --all [--json FILE]      # every conv of a ResNet18
+python -m experiments.convert --checkpoint SA_CKPT --to-conv [--layers 1,2]      # trained attention -> conv
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-from experiments.cli import ArgumentParser, UserError, main_guard, positive_int
+from experiments.cli import (
+    ArgumentParser,
+    UserError,
+    data_flags,
+    datamodule_of_checkpoint,
+    main_guard,
+    positive_int,
+)
+from sa_conv.attention import MultiHeadSelfAttention2d
 from sa_conv.conversion import conv_to_attention
+from sa_conv.files import write_json
+from sa_conv.training import hardware
 
 
 def _ints(text: str) -> int | tuple[int, ...]:
@@ -51,12 +64,21 @@ def build_parser() -> ArgumentParser:
     check.add_argument("--seed", type=int, default=0)
     check.add_argument("--sweep-alpha", action="store_true", help="error for alpha = 1..100")
     check.add_argument("--figure", type=Path, help="save the conversion picture (2D) to this PNG")
-    ckpt = parser.add_argument_group("a trained ResNet18")
-    ckpt.add_argument("--checkpoint", type=Path, help="a resnet18 checkpoint made by experiments.run")
-    ckpt.add_argument("--layer", help="name of a Conv2d in it, e.g. layers.2.conv1")
+    ckpt = parser.add_argument_group("a trained network (a checkpoint made by experiments.run)")
     ckpt.add_argument(
-        "--data-dir", type=Path, help="check on real test images (ImageFolder or CIFAR-10 root)"
+        "--checkpoint", type=Path, help="a resnet18 (--layer, --all) or SA (--to-conv) checkpoint"
     )
+    what = ckpt.add_mutually_exclusive_group()
+    what.add_argument(
+        "--layer", help="check one Conv2d of a ResNet18 on its real inputs, e.g. layers.2.conv1"
+    )
+    what.add_argument(
+        "--all", action="store_true", help="replace every convolution: an all-attention network"
+    )
+    what.add_argument("--to-conv", action="store_true", help="replace attention layers by their convolutions")
+    ckpt.add_argument("--layers", type=_ints, help="--to-conv: the layers (1-based, e.g. 1,2; default all)")
+    data_flags(ckpt, default_note="the checkpoint's own data")
+    ckpt.add_argument("--json", type=Path, help="--all / --to-conv: also write the report here")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
 
@@ -101,23 +123,20 @@ def sweep(conv: nn.Module, x: Tensor, expected: Tensor, args) -> int:
 
 
 def check_checkpoint(args) -> tuple[nn.Module, Tensor]:
-    from sa_conv.data import CIFAR10DataModule
+    """A Conv2d of a trained ResNet18 and its real input on a batch of test images."""
+    from sa_conv.checkpointing import read_checkpoint
     from sa_conv.lit import ImageClassifier
 
     if not args.layer:
-        raise UserError("--checkpoint needs --layer NAME (a Conv2d of the model, e.g. layers.2.conv1)")
-    backbone = ImageClassifier.from_checkpoint(args.checkpoint).backbone.eval()
+        raise UserError("--checkpoint needs --layer NAME, --all or --to-conv")
+    ckpt = read_checkpoint(args.checkpoint)
+    backbone = ImageClassifier.from_checkpoint(ckpt).backbone.eval()
     convs = {name for name, m in backbone.named_modules() if type(m) is nn.Conv2d}
     if args.layer not in convs:
         raise UserError(
             f"{args.checkpoint} has no Conv2d named {args.layer!r}; some: {', '.join(sorted(convs)[:6])}"
         )
-    if args.data_dir is None:
-        images = torch.randn(args.batch, 3, 32, 32)
-    else:
-        data = CIFAR10DataModule(data_dir=args.data_dir, batch_size=args.batch, augment=False)
-        data.setup()
-        images = data.normalize(data.test_set.images[: args.batch])
+    images, _ = test_images(ckpt, args, limit=args.batch)
     # the layer's real input: run the network up to it
     captured: list[Tensor] = []
     conv = backbone.get_submodule(args.layer)
@@ -126,6 +145,137 @@ def check_checkpoint(args) -> tuple[nn.Module, Tensor]:
         backbone(images)
     handle.remove()
     return conv, captured[0]
+
+
+def test_images(ckpt: dict, args, *, limit: int | None = None) -> tuple[Tensor, Tensor]:
+    """Normalized test images and labels of the checkpoint's own data (or the flags' data)."""
+    data = datamodule_of_checkpoint(ckpt, args, batch_size=250)
+    data.setup()
+    images, labels = data.test_set.images[:limit], data.test_set.labels[:limit]
+    return data.normalize(images), labels
+
+
+@torch.no_grad()
+def logits_of(model: nn.Module, images: Tensor, batch: int = 250) -> tuple[Tensor, float]:
+    """Logits of every image, and the seconds per image."""
+    model.eval()
+    start = time.perf_counter()
+    out = torch.cat([model(images[i : i + batch]) for i in range(0, len(images), batch)])
+    return out, (time.perf_counter() - start) / len(images)
+
+
+def compare(reference: Tensor, other: Tensor, labels: Tensor) -> dict[str, float]:
+    """Accuracy of both, agreement of their predictions, largest logit difference relative to the max."""
+    diff = (other - reference).abs().max() / reference.abs().max()
+    return {
+        "accuracy_before": (reference.argmax(1) == labels).float().mean().item(),
+        "accuracy_after": (other.argmax(1) == labels).float().mean().item(),
+        "agreement": (reference.argmax(1) == other.argmax(1)).float().mean().item(),
+        "max_rel_logit_diff": diff.item(),
+    }
+
+
+def finish(report: dict, lines: list[str], args) -> int:
+    """Print the summary lines; write the report with --json."""
+    if args.json is not None:
+        write_json(args.json, report)
+    print("\n".join(lines))
+    return 0
+
+
+def convert_whole_network(args) -> int:
+    """Every convolution of a trained ResNet18 replaced by its attention twin, evaluated on the test split."""
+    from sa_conv.checkpointing import read_checkpoint
+    from sa_conv.conversion import convert_network
+    from sa_conv.lit import ImageClassifier
+
+    ckpt = read_checkpoint(args.checkpoint)
+    conv_net = ImageClassifier.from_checkpoint(ckpt).backbone.eval()
+    attention_net, converted = convert_network(conv_net, alpha=args.alpha, impl=args.impl)
+    if not converted:
+        raise UserError(f"{args.checkpoint} has no convolution to convert")
+    images, labels = test_images(ckpt, args)
+    reference, conv_time = logits_of(conv_net, images)
+    got, attention_time = logits_of(attention_net, images)
+    measured = compare(reference, got, labels)
+    heads = sum(m.heads for m in attention_net.modules() if isinstance(m, MultiHeadSelfAttention2d))
+    report = {
+        "checkpoint": str(args.checkpoint),
+        "layers_converted": converted,
+        "attention_heads": heads,
+        "alpha": args.alpha,
+        "params_conv": sum(p.numel() for p in conv_net.parameters()),
+        "params_attention": sum(p.numel() for p in attention_net.parameters()),
+        "n_images": len(labels),
+        "accuracy_conv": measured["accuracy_before"],
+        "accuracy_attention": measured["accuracy_after"],
+        "agreement": measured["agreement"],
+        "max_rel_logit_diff": measured["max_rel_logit_diff"],
+        "seconds_per_image_conv": conv_time,
+        "seconds_per_image_attention": attention_time,
+        "attention_slowdown": attention_time / conv_time,
+        "hardware": hardware()["cpu"],
+    }
+    lines = [
+        f"converted {converted} convolutions into {heads} attention heads (alpha {args.alpha:g}); parameters "
+        f"{report['params_conv']:,} -> {report['params_attention']:,}",
+        f"test accuracy on {len(labels)} images: conv {report['accuracy_conv']:.4f}, attention "
+        f"{report['accuracy_attention']:.4f}; predictions agree on {100 * report['agreement']:.2f}%",
+        f"largest logit difference: {report['max_rel_logit_diff']:.2e} of the largest logit",
+        f"time per image: conv {1e3 * conv_time:.2f} ms, attention {1e3 * attention_time:.2f} ms "
+        f"({report['attention_slowdown']:.1f}x slower; {report['hardware']})",
+    ]
+    return finish(report, lines, args)
+
+
+def convert_attention_to_conv(args) -> int:
+    """Attention layers of a trained SA model replaced by their convolutions, evaluated on the test split."""
+    from sa_conv.checkpointing import read_checkpoint
+    from sa_conv.conversion import ConvInPlaceOfAttention, attention_to_conv, conv_likeness
+    from sa_conv.lit import ImageClassifier
+
+    ckpt = read_checkpoint(args.checkpoint)
+    model = ImageClassifier.from_checkpoint(ckpt).backbone.eval()
+    if not hasattr(model, "attention_layers"):
+        raise UserError(f"{args.checkpoint} has no attention layers")
+    n = len(model.blocks)
+    chosen = [args.layers] if isinstance(args.layers, int) else list(args.layers or range(1, n + 1))
+    if not all(1 <= i <= n for i in chosen):
+        raise UserError(f"--layers must be in 1..{n}, got {args.layers}")
+    images, labels = test_images(ckpt, args)
+    reference, _ = logits_of(model, images)
+    side, layers = model.config.grid, []
+    for i in chosen:
+        block = model.blocks[i - 1]
+        conv = attention_to_conv(block.attention)  # ValueError names a layer that has no Gaussian heads
+        likeness = conv_likeness(block.attention, side, side)
+        taps = block.attention.encoding.head_gaussians()[0].round().long().tolist()
+        layers.append({"layer": i, "taps": taps, "conv_likeness": likeness.tolist()})
+        block.attention = ConvInPlaceOfAttention(conv)
+    got, _ = logits_of(model, images)
+    measured = compare(reference, got, labels)
+    report = {
+        "checkpoint": str(args.checkpoint),
+        "n_images": len(labels),
+        "accuracy_attention": measured["accuracy_before"],
+        "accuracy_conv": measured["accuracy_after"],
+        "agreement": measured["agreement"],
+        "max_rel_logit_diff": measured["max_rel_logit_diff"],
+        "layers": layers,
+    }
+    lines = [
+        f"layer {layer['layer']}: conv-likeness of each head (mass on its tap) "
+        + " ".join(f"{v:.2f}" for v in layer["conv_likeness"])
+        + "; taps (dy, dx) "
+        + " ".join(f"({dy},{dx})" for dy, dx in layer["taps"])
+        for layer in layers
+    ]
+    lines.append(
+        f"test accuracy on {len(labels)} images: attention {report['accuracy_attention']:.4f}, with the "
+        f"layers as convolutions {report['accuracy_conv']:.4f}; predictions agree on "
+        f"{100 * report['agreement']:.2f}%"
+    )
+    return finish(report, lines, args)
 
 
 def save_conversion_figure(conv: nn.Module, attention: nn.Module, x: Tensor, path: Path) -> None:
@@ -151,9 +301,15 @@ def save_conversion_figure(conv: nn.Module, attention: nn.Module, x: Tensor, pat
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     torch.manual_seed(args.seed)
+    if (args.all or args.to_conv or args.layers) and args.checkpoint is None:
+        raise UserError("--all, --to-conv and --layers need --checkpoint")
+    if args.all:
+        return convert_whole_network(args)
+    if args.to_conv:
+        return convert_attention_to_conv(args)
     if args.checkpoint is not None:
         conv, x = check_checkpoint(args)
-        source = f"{args.layer} of {args.checkpoint}" + (" on real test images" if args.data_dir else "")
+        source = f"{args.layer} of {args.checkpoint}, on its input for {args.batch} test images"
     else:
         conv = random_conv(args)
         shape = (args.batch, args.in_channels) + (args.size,) * args.dims

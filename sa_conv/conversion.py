@@ -1,5 +1,8 @@
-"""Convolution <-> attention. Theorem 1: any Conv1d/Conv2d as one MHSA layer with quadratic encoding;
-and the converse reading of Chang et al.: windowed relative attention as lightweight/dynamic conv.
+"""Convolution <-> attention. Theorem 1: any Conv1d/Conv2d as one MHSA layer with quadratic encoding
+(``conv_to_attention``, a whole network at once with ``convert_network``); the converse for a trained
+layer of Gaussian heads (``attention_to_conv``: each head one tap at its rounded centre, with
+``conv_likeness`` saying how well that holds); and Chang et al.'s reading: relative-position attention
+without content as a lightweight / dynamic convolution (``local_attention_as_conv``).
 
 One head per kernel tap: head h = (ky, kx) attends (alpha large) to the pixel at shift
 ``Delta_h = (ky * dy - cy, kx * dx - cx)`` from its query, its block of the output projection is the
@@ -11,6 +14,7 @@ query pixels ``o * stride + (cy, cx)`` (crop and subsample). Groups: block-diago
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -20,8 +24,19 @@ from torch import Tensor, nn
 from sa_conv.attention import Impl, MultiHeadSelfAttention2d
 from sa_conv.encodings import CompositeRelativeEncoding, QuadraticEncoding
 from sa_conv.lightconv import DynamicConv2d, LightweightConv2d
+from sa_conv.metrics import interior_queries, locality
 
-__all__ = ["ConvAsAttention", "HeadsAsConv", "conv_to_attention", "dense_kernel", "local_attention_as_conv"]
+__all__ = [
+    "ConvAsAttention",
+    "ConvInPlaceOfAttention",
+    "HeadsAsConv",
+    "attention_to_conv",
+    "conv_likeness",
+    "conv_to_attention",
+    "convert_network",
+    "dense_kernel",
+    "local_attention_as_conv",
+]
 
 
 def dense_kernel(conv: nn.Conv1d | nn.Conv2d) -> Tensor:
@@ -141,6 +156,88 @@ def conv_to_attention(
         offset=(cy, cx),
         reach=(reach_y, reach_x),
     )
+
+
+def convert_network(model: nn.Module, *, alpha: float = 46.0, impl: Impl = "auto") -> tuple[nn.Module, int]:
+    """A copy of ``model`` with every ``nn.Conv1d`` / ``nn.Conv2d`` replaced by its attention twin, and the
+    number of convolutions replaced."""
+    twin = copy.deepcopy(model)
+    names = [name for name, module in twin.named_modules() if type(module) in (nn.Conv1d, nn.Conv2d)]
+    for name in names:
+        parent_name, _, attr = name.rpartition(".")
+        parent = twin.get_submodule(parent_name) if parent_name else twin
+        setattr(parent, attr, conv_to_attention(getattr(parent, attr), alpha=alpha, impl=impl))
+    return twin, len(names)
+
+
+def _gaussian_heads(layer: MultiHeadSelfAttention2d) -> Tensor:
+    """The centres ``(heads, 2)`` of a positional layer of Gaussian heads (quadratic or generalized)."""
+    gaussians = layer.encoding.head_gaussians() if layer.encoding is not None else None
+    if gaussians is None or layer.input_dependent:
+        kind = type(layer.encoding).__name__ if layer.encoding is not None else "content-only"
+        raise ValueError(f"attention_to_conv needs Gaussian heads without content, got {kind}")
+    return gaussians[0]
+
+
+def attention_to_conv(layer: MultiHeadSelfAttention2d) -> nn.Conv2d:
+    """The convolution a layer of Gaussian heads computes when every head is sharp: head h is one tap at
+    its centre rounded to the nearest shift, its kernel slice the head's ``(out, dim)`` block of the output
+    projection (heads sharing a shift add up), the bias the projection's. Zero padding keeps the grid size.
+
+    Replicate padding: at the border, a sharp head's mass falls on the in-image pixel nearest its target,
+    the replicated edge pixel. So the conversion is exact (everywhere) where every head puts all its mass
+    on one pixel (``conv_to_attention``'s layers, alpha >= 25); ``conv_likeness`` measures how far a
+    trained layer is from that.
+    """
+    taps = _gaussian_heads(layer).round().long().cpu()  # (heads, 2) as (dy, dx)
+    ry, rx = (int(v) for v in taps.abs().amax(0))
+    proj = layer.proj
+    kernel = (2 * ry + 1, 2 * rx + 1)
+    conv = nn.Conv2d(
+        layer.dim,
+        layer.out_dim,
+        kernel,
+        padding=(ry, rx),
+        padding_mode="replicate",
+        bias=proj.bias is not None,
+    )
+    conv = conv.to(proj.weight.device, proj.weight.dtype)
+    with torch.no_grad():
+        weight = torch.zeros_like(conv.weight)  # (O, D, Ky, Kx)
+        d = layer.dim
+        for h, (dy, dx) in enumerate(taps.tolist()):
+            weight[:, :, ry + dy, rx + dx] += proj.weight[:, h * d : (h + 1) * d]
+        conv.weight.copy_(weight)
+        if proj.bias is not None:
+            conv.bias.copy_(proj.bias)
+    return conv
+
+
+@torch.no_grad()
+def conv_likeness(layer: MultiHeadSelfAttention2d, height: int, width: int) -> Tensor:
+    """How much each head is one tap of a convolution: its mass on its single most attended pixel,
+    averaged over the queries whose every head's tap lies inside the grid. ``(heads,)``, in (0, 1]."""
+    taps = _gaussian_heads(layer).round().abs().amax().item()
+    margin = min(int(taps), (min(height, width) - 1) // 2)
+    x = torch.zeros(
+        1, height, width, layer.dim, device=layer.proj.weight.device, dtype=layer.proj.weight.dtype
+    )
+    probs = layer.probabilities(x)  # (1, heads, N, N): input-independent
+    return locality(probs, height, width, queries=interior_queries(height, width, margin)).peak_mass
+
+
+class ConvInPlaceOfAttention(nn.Module):
+    """A convolution standing in for an attention layer of an SA model: channels-last in and out."""
+
+    def __init__(self, conv: nn.Conv2d) -> None:
+        super().__init__()
+        self.conv, self.out_dim = conv, conv.out_channels
+
+    def forward(self, x: Tensor, return_attention: bool = False) -> Tensor:
+        """``(B, H, W, dim)`` -> ``(B, H, W, out)``."""
+        if return_attention:
+            raise ValueError("a convolution has no attention probabilities")
+        return self.conv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
 
 
 class HeadsAsConv(nn.Module):

@@ -286,6 +286,29 @@ def test_convert_a_trained_resnet_layer(tmp_path, capsys):
     assert code == 0 and "heads used: 9" in out and out.strip().endswith("PASS")
     code, _, err = call(convert, ["--checkpoint", ckpt, "--layer", "fc"], capsys)
     assert "no Conv2d named 'fc'" in one_line_error(code, err)
+    report = tmp_path / "all.json"
+    code, out, _ = call(convert, ["--checkpoint", ckpt, "--all", "--json", str(report)], capsys)
+    result = json.loads(report.read_text())
+    assert code == 0 and "converted 20 convolutions" in out
+    assert result["accuracy_attention"] == result["accuracy_conv"] and result["agreement"] == 1.0
+    assert result["max_rel_logit_diff"] < 1e-4 and result["attention_heads"] == 9 * 17 + 3
+    code, _, err = call(convert, ["--checkpoint", ckpt, "--to-conv"], capsys)
+    assert "has no attention layers" in one_line_error(code, err)
+
+
+def test_convert_trained_attention_to_convolutions(synthetic_run, tmp_path, capsys):
+    ckpt = str(synthetic_run / "checkpoints/last.ckpt")
+    report = tmp_path / "to-conv.json"
+    code, out, _ = call(
+        convert, ["--checkpoint", ckpt, "--to-conv", "--layers", "1", "--json", str(report)], capsys
+    )
+    result = json.loads(report.read_text())
+    assert code == 0 and "layer 1: conv-likeness of each head" in out
+    assert len(result["layers"][0]["conv_likeness"]) == 4 and 0 <= result["accuracy_conv"] <= 1
+    code, _, err = call(convert, ["--checkpoint", ckpt, "--to-conv", "--layers", "3"], capsys)
+    assert "--layers must be in 1..1" in one_line_error(code, err)
+    code, _, err = call(convert, ["--all"], capsys)
+    assert "need --checkpoint" in one_line_error(code, err)
 
 
 @pytest.mark.parametrize(("limit", "steps"), [("1", 2), ("2", 4), ("0.4", 4), ("1.0", 10)])

@@ -4,7 +4,14 @@ import pytest
 import torch
 from torch import nn
 
-from sa_conv.conversion import conv_to_attention
+from sa_conv.conversion import (
+    ConvInPlaceOfAttention,
+    attention_to_conv,
+    conv_likeness,
+    conv_to_attention,
+    convert_network,
+)
+from sa_conv.encodings import QuadraticEncoding
 from sa_conv.models import create_model
 
 MODES = ["zeros", "reflect", "replicate", "circular"]
@@ -156,3 +163,75 @@ def _int_conv() -> nn.Conv2d:
     conv = nn.Conv2d(2, 2, 3)
     conv.weight = nn.Parameter(torch.ones(2, 2, 3, 3, dtype=torch.int64), requires_grad=False)
     return conv
+
+
+def test_a_whole_resnet18_as_attention_gives_the_same_logits():
+    model = create_model("resnet18", width=8).eval()
+    twin, converted = convert_network(model)
+    assert converted == 20  # the stem, 16 convolutions of the blocks, 3 projection shortcuts
+    assert not any(type(m) is nn.Conv2d for m in twin.modules())
+    images = torch.randn(4, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(twin(images), model(images), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("kernel", "bias"), [(3, True), (5, False), ((3, 5), True), (1, True)])
+def test_attention_to_conv_gives_back_the_kernel(kernel, bias):
+    conv = nn.Conv2d(4, 6, kernel, bias=bias)
+    back = attention_to_conv(conv_to_attention(conv).attention)
+    torch.testing.assert_close(back.weight, conv.weight, rtol=0, atol=1e-5)
+    if bias:
+        torch.testing.assert_close(back.bias, conv.bias)
+    assert back.bias is None if not bias else True
+
+
+def test_conv_likeness_sharp_against_blurred_heads():
+    twin = conv_to_attention(nn.Conv2d(2, 2, 3)).attention
+    assert (conv_likeness(twin, 10, 10) >= 0.99).all()  # alpha 46: one pixel
+    blurred = conv_to_attention(nn.Conv2d(2, 2, 3), alpha=0.5).attention
+    likeness = conv_likeness(blurred, 10, 10)
+    assert (likeness < 0.5).all() and (likeness > 0.05).all()
+    mixed = conv_to_attention(nn.Conv2d(2, 2, 3)).attention
+    mixed.encoding.set_(mixed.encoding.centres, torch.tensor([46.0] * 4 + [0.3] * 5))
+    ranks = conv_likeness(mixed, 10, 10)
+    assert ranks[:4].min() > 0.99 > 0.5 > ranks[4:].max()
+
+
+@pytest.mark.parametrize("impl", ["reference", "separable"])
+def test_a_sharp_trained_layer_swaps_for_its_convolution(impl):
+    """Heads forced sharp (fractional centres, alpha 46): the layer is its convolution, border included
+    (replicate padding), and the model's logits do not change."""
+    model = create_model("quadratic", layers=2, hidden=16, heads=9, ffn=32, impl=impl).eval()
+    layer = model.blocks[0].attention
+    taps = torch.tensor([[dy, dx] for dy in (-2, 0, 1) for dx in (-1, 0, 3)], dtype=torch.float)
+    layer.encoding.set_(taps + 0.2, 46.0)
+    images = torch.randn(4, 3, 32, 32)
+    with torch.no_grad():
+        expected = model(images)
+        tokens = model.tokens(images)
+        conv = attention_to_conv(layer)
+        torch.testing.assert_close(ConvInPlaceOfAttention(conv)(tokens), layer(tokens), rtol=1e-5, atol=1e-5)
+        model.blocks[0].attention = ConvInPlaceOfAttention(conv)
+        torch.testing.assert_close(model(images), expected, rtol=1e-4, atol=1e-5)
+    assert conv.kernel_size == (5, 7) and conv.padding_mode == "replicate"
+
+
+def test_attention_to_conv_refuses_other_layers():
+    from sa_conv.attention import MultiHeadSelfAttention2d
+    from sa_conv.encodings import LearnedRelativeEncoding
+
+    with pytest.raises(ValueError, match="needs Gaussian heads"):
+        attention_to_conv(MultiHeadSelfAttention2d(4, 2, encoding=LearnedRelativeEncoding(2, 4, max_size=4)))
+    with pytest.raises(ValueError, match="needs Gaussian heads"):
+        attention_to_conv(MultiHeadSelfAttention2d(4, 2, encoding=QuadraticEncoding(2), content=True))
+
+
+def test_dilation_zero_and_infinite_alpha_are_refused():
+    conv = nn.Conv2d(2, 2, 3)
+    conv.dilation = (0, 1)
+    with pytest.raises(ValueError, match="dilation must be >= 1"):
+        conv_to_attention(conv)
+    with pytest.raises(ValueError, match="alpha must be positive and finite"):
+        conv_to_attention(nn.Conv2d(2, 2, 3), alpha=float("inf"))
+    with pytest.raises(ValueError, match="alpha must be positive and finite"):
+        QuadraticEncoding(2).set_(torch.zeros(2, 2), float("nan"))

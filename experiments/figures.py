@@ -66,8 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     side = backbone.config.grid
     if args.query is not None and not all(0 <= v < side for v in args.query):
         raise UserError(f"--query {args.query[0]} {args.query[1]} is outside the {side}x{side} token grid")
-    positional = not (backbone.config.content or backbone.config.attention == "mixed")
-    if positional:  # the attention does not depend on the image: no data needed
+    if not backbone.input_dependent:  # the attention does not depend on the image: no data needed
         images = torch.zeros(
             1, backbone.config.in_channels, backbone.config.image_size, backbone.config.image_size
         )

@@ -14,7 +14,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 from torch import Tensor, nn
 
-from sa_conv.metrics import gaussian_alpha, interior_queries, locality
+from sa_conv.metrics import SHARP_MASS, gaussian_alpha, interior_queries, locality
 from sa_conv.viz import attention_grid, centre_plot, layer_heads, locality_over_training, locality_summary
 
 __all__ = [
@@ -184,13 +184,14 @@ def locality_snapshot(backbone: nn.Module, images: Tensor, step: int) -> dict[st
 
 def layer_summary(snapshot: dict[str, Any]) -> list[dict[str, float]]:
     """Per layer: mean attention distance, number of sharp heads (>= 0.5 of their mass on one pixel),
-    and for Gaussian heads the median alpha."""
+    the heads' mean mass on one pixel (conv-likeness), and for Gaussian heads the median alpha."""
     out = []
     for layer in snapshot["layers"]:
         row = {
             "mean_distance": sum(layer["mean_distance"]) / len(layer["mean_distance"]),
-            "sharp_heads": sum(p >= 0.5 for p in layer["peak_mass"]),
+            "sharp_heads": sum(p >= SHARP_MASS for p in layer["peak_mass"]),
             "heads": len(layer["peak_mass"]),
+            "conv_likeness": sum(layer["peak_mass"]) / len(layer["peak_mass"]),
         }
         if "inverse_covariance" in layer:
             row["median_alpha"] = float(gaussian_alpha(torch.tensor(layer["inverse_covariance"])).median())
@@ -205,6 +206,7 @@ def _history_tensors(history: list[dict[str, Any]]) -> dict[str, Any]:
     summaries = [layer_summary(s) for s in history]
     out["mean_distance"] = torch.tensor([[r["mean_distance"] for r in s] for s in summaries])
     out["sharp_fraction"] = torch.tensor([[r["sharp_heads"] / r["heads"] for r in s] for s in summaries])
+    out["conv_likeness"] = torch.tensor([[r["conv_likeness"] for r in s] for s in summaries])
     gaussian = all("median_alpha" in r for s in summaries for r in s)
     out["median_alpha"] = (
         torch.tensor([[r["median_alpha"] for r in s] for s in summaries]) if gaussian else None
@@ -255,11 +257,7 @@ class AttentionFigures(pl.Callback):
         dataset = getattr(datamodule, "val_set", None) or getattr(datamodule, "test_set", None)
         if dataset is None or not len(dataset):
             return torch.zeros(1, 3, 32, 32, device=pl_module.device)
-        n = (
-            self.images
-            if pl_module.backbone.config.content or pl_module.backbone.config.attention == "mixed"
-            else 1
-        )
+        n = self.images if pl_module.backbone.input_dependent else 1  # positional attention: any image
         return datamodule.normalize(dataset.images[:n].to(pl_module.device))
 
     @rank_zero_only
@@ -370,6 +368,7 @@ def figures_of(
                 series["steps"],
                 series["mean_distance"],
                 series["sharp_fraction"],
+                conv_likeness=series["conv_likeness"],
                 median_alpha=series["median_alpha"],
                 title=f"{prefix}locality over training",
             )

@@ -108,6 +108,9 @@ class TensorImages(Dataset):
 class ResumableBatchSampler(Sampler[list[int]]):
     """Batches of indices: a permutation drawn from (seed, epoch), this rank's share of it, resumable.
 
+    Kept instead of ``DistributedSampler``: that one pads every rank's share with repeated images, so a
+    DDP test pass would count some test images twice; and it cannot restart mid-epoch.
+
     ``consumed`` counts the batches that training actually used (the data module advances it when a
     batch reaches the device, not when the loader prefetches it), so a checkpoint taken mid-epoch
     resumes exactly at the next unseen batch. Each rank of a distributed run takes every

@@ -222,13 +222,17 @@ def locality_over_training(
     mean_distance: Tensor,
     sharp_fraction: Tensor,
     *,
+    conv_likeness: Tensor | None = None,
     median_alpha: Tensor | None = None,
     title: str | None = None,
 ) -> Figure:
     """Per layer, against the training step: median alpha (Gaussian heads), mean attention distance,
-    and the fraction of heads with >= 0.5 of their mass on one pixel. Each tensor is ``(T, layers)``."""
+    the fraction of heads with >= 0.5 of their mass on one pixel, and the heads' mean mass on their
+    single most attended pixel (conv-likeness). Each tensor is ``(T, layers)``."""
     series = [("mean attention distance (pixels)", mean_distance, False)]
     series.append(("fraction of heads with >= 50% on one pixel", sharp_fraction, False))
+    if conv_likeness is not None:
+        series.append(("conv-likeness: mean mass on one pixel", conv_likeness, False))
     if median_alpha is not None:
         series.insert(0, ("median alpha (log scale)", median_alpha, True))
     fig = Figure(figsize=(3.6 * len(series), 3.2), constrained_layout=True)

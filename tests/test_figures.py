@@ -116,8 +116,10 @@ def test_locality_over_training_plots_each_layer_against_the_step():
     distance = torch.tensor([[3.0, 4.0], [2.0, 4.5], [1.5, 5.0]])
     sharp = torch.tensor([[0.0, 0.0], [0.5, 0.0], [1.0, 0.25]])
     alpha = torch.tensor([[0.5, 0.5], [1.0, 0.4], [3.0, 0.3]])
-    fig = locality_over_training(steps, distance, sharp, median_alpha=alpha)
-    alpha_ax, distance_ax, sharp_ax = fig.axes
+    likeness = torch.tensor([[0.2, 0.1], [0.5, 0.1], [0.8, 0.3]])
+    fig = locality_over_training(steps, distance, sharp, conv_likeness=likeness, median_alpha=alpha)
+    alpha_ax, distance_ax, sharp_ax, likeness_ax = fig.axes
+    assert likeness_ax.lines[0].get_ydata().tolist() == pytest.approx([0.2, 0.5, 0.8])
     assert distance_ax.lines[1].get_ydata().tolist() == [4.0, 4.5, 5.0]
     assert sharp_ax.lines[0].get_xdata().tolist() == steps and alpha_ax.get_yscale() == "log"
 

@@ -204,6 +204,11 @@ class SAClassifier(nn.Module):
         """The attention layer of every block, in order."""
         return [block.attention for block in self.blocks]
 
+    @property
+    def input_dependent(self) -> bool:
+        """Whether some layer's attention depends on the image (content, a query term, mixed attention)."""
+        return any(layer.input_dependent for layer in self.attention_layers())
+
     def encodings(self) -> list[PositionalEncoding | None]:
         """The positional encoding of every layer (None for content-only or mixed attention)."""
         return [getattr(layer, "encoding", None) for layer in self.attention_layers()]

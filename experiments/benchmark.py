@@ -75,7 +75,7 @@ SCALES = {
         scaling_batch=2,
         scaling_grids=(4, 8, 16),
         step_batch=4,
-        model={"layers": 1, "hidden": 32, "heads": 3, "ffn": 32},
+        model={"layers": 1, "hidden": 32, "heads": 3, "ffn": 32, "attn_dropout": 0.0},  # as the tiny runs
         min_time=0.05,
     ),
 }
@@ -144,6 +144,16 @@ def forward_backward(layer: nn.Module, x: torch.Tensor, grad: torch.Tensor) -> C
     return run
 
 
+def projection_floor(
+    layer: MultiHeadSelfAttention2d, batch: int, grid: int, device: torch.device
+) -> Callable:
+    """The unavoidable part of a full-width layer: its output projection ``Linear(heads * dim, dim)`` alone,
+    forward and backward (input gradient included), on a ``(B, H, W, heads * dim)`` input."""
+    proj = copy.deepcopy(layer.proj)
+    z = torch.randn(batch, grid, grid, proj.in_features, device=device, requires_grad=True)
+    return forward_backward(proj, z, torch.randn(batch, grid, grid, proj.out_features, device=device))
+
+
 def bench_variants(scale: Scale, device: torch.device) -> list[dict[str, Any]]:
     rows = []
     for name, (layer, fast) in variants(scale.dim, scale.heads, scale.grid).items():
@@ -158,7 +168,11 @@ def bench_variants(scale: Scale, device: torch.device) -> list[dict[str, Any]]:
             row[f"{impl if impl == 'reference' else 'fast'}_peak_mb"] = (
                 peak_memory(run, layer, x, device) / 2**20
             )
+        row["floor_s"] = time_it(
+            projection_floor(layer, scale.batch, scale.grid, device), device, scale.min_time
+        )
         row["speedup"] = row["reference_s"] / row["fast_s"]
+        row["floor_ratio"] = row["fast_s"] / row["floor_s"]
         row["memory_ratio"] = row["fast_peak_mb"] / row["reference_peak_mb"]
         rows.append(row)
     return rows
@@ -186,26 +200,71 @@ def bench_scaling(scale: Scale, device: torch.device) -> dict[str, Any]:
     return {"rows": rows, "exponent": exponents}
 
 
-def bench_training_step(scale: Scale, device: torch.device) -> dict[str, Any]:
-    """One SGD step of the paper's quadratic model (attention dropout off so the fast path is exact)."""
-    model = create_model("quadratic", **{**scale.model, "attn_dropout": 0.0}).to(device).train()
+def per_image_dropout(layer: MultiHeadSelfAttention2d) -> Callable[..., torch.Tensor]:
+    """A forward of ``layer``'s reference computation drawing one attention-dropout mask per image (what
+    the suite did before following the paper's one mask per step): the baseline of the dropout step."""
+
+    def forward(x: torch.Tensor, return_attention: bool = False) -> torch.Tensor:
+        b, h, w, d = x.shape
+        probs = layer.probabilities(x).expand(b, -1, -1, -1)  # (B, heads, N, N)
+        heads_out = (layer.attn_dropout(probs) @ x.reshape(b, 1, h * w, d)).transpose(1, 2)
+        return layer.proj(heads_out.reshape(b, h, w, layer.heads * d))
+
+    return forward
+
+
+def step_images_per_second(
+    model: nn.Module, scale: Scale, device: torch.device, *, bf16: bool = False
+) -> float:
+    """Images per second of full SGD steps (forward, backward, update) of ``model``."""
     images = torch.randn(scale.step_batch, 3, 32, 32, device=device)
     labels = torch.randint(0, 10, (scale.step_batch,), device=device)
-    result: dict[str, Any] = {"batch": scale.step_batch}
-    for impl in ("reference", "auto"):
-        m = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = nn.functional.cross_entropy(model(images), labels)
+        loss.backward()
+        opt.step()
+
+    return scale.step_batch / time_it(step, device, scale.min_time)
+
+
+def bench_training_step(scale: Scale, device: torch.device) -> dict[str, Any]:
+    """Training steps of the quadratic model at the scale: with attention dropout off (separable against
+    the reference), with the paper's dropout 0.1 (one mask per step on the shared path, against the
+    reference with one mask per image), and in bf16 autocast against float32."""
+
+    def model(dropout: float, impl: str) -> nn.Module:
+        torch.manual_seed(0)
+        m = create_model("quadratic", **{**scale.model, "attn_dropout": dropout}).to(device).train()
         for layer in m.attention_layers():
             layer.impl = impl
-        opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+        return m
 
-        def step(m: nn.Module = m, opt: torch.optim.Optimizer = opt) -> None:
-            opt.zero_grad(set_to_none=True)
-            nn.functional.cross_entropy(m(images), labels).backward()
-            opt.step()
-
-        seconds = time_it(step, device, scale.min_time)
-        result[f"{'fast' if impl == 'auto' else impl}_images_per_s"] = scale.step_batch / seconds
-    result["speedup"] = result["fast_images_per_s"] / result["reference_images_per_s"]
+    result: dict[str, Any] = {"batch": scale.step_batch}
+    off = {impl: step_images_per_second(model(0.0, impl), scale, device) for impl in ("reference", "auto")}
+    result["dropout_off"] = {**off, "speedup": off["auto"] / off["reference"]}
+    baseline = model(0.1, "reference")
+    for layer in baseline.attention_layers():
+        layer.forward = per_image_dropout(layer)
+    paper = {
+        "per_image_reference": step_images_per_second(baseline, scale, device),
+        "reference": step_images_per_second(model(0.1, "reference"), scale, device),
+        "auto": step_images_per_second(model(0.1, "auto"), scale, device),
+    }
+    result["paper_dropout"] = {**paper, "speedup": paper["auto"] / paper["per_image_reference"]}
+    dropout = scale.model.get("attn_dropout", 0.1)  # the scale's own training configuration
+    precisions = {
+        name: step_images_per_second(model(dropout, "auto"), scale, device, bf16=name == "bf16")
+        for name in ("float32", "bf16")
+    }
+    result["bf16"] = {
+        **precisions,
+        "attn_dropout": dropout,
+        "speedup": precisions["bf16"] / precisions["float32"],
+    }
     return result
 
 
@@ -238,15 +297,16 @@ def print_report(report: dict[str, Any]) -> None:
         f"{s['heads']} heads, dropout off)"
     )
     print(
-        f"{'variant':16} {'fast path':10} {'ref ms':>9} {'fast ms':>9} {'speedup':>8} "
-        f"{'ref MB':>9} {'fast MB':>9} {'mem':>6}"
+        f"{'variant':16} {'fast path':10} {'ref ms':>9} {'fast ms':>9} {'floor ms':>9} {'speedup':>8} "
+        f"{'/floor':>7} {'ref MB':>9} {'fast MB':>9} {'mem':>6}"
     )
     for r in report["variants"]:
         print(
             f"{r['variant']:16} {r['fast_path']:10} {r['reference_s'] * 1e3:9.1f} {r['fast_s'] * 1e3:9.1f} "
-            f"{r['speedup']:7.2f}x {r['reference_peak_mb']:9.1f} {r['fast_peak_mb']:9.1f} "
-            f"{r['memory_ratio']:6.2f}"
+            f"{r['floor_s'] * 1e3:9.1f} {r['speedup']:7.2f}x {r['floor_ratio']:6.2f}x "
+            f"{r['reference_peak_mb']:9.1f} {r['fast_peak_mb']:9.1f} {r['memory_ratio']:6.2f}"
         )
+    print("floor: the output projection Linear(heads * dim, dim) alone, forward + backward")
     sc = report["scaling"]
     print(f"\nquadratic layer, time vs tokens (B={s['scaling_batch']})")
     print(f"{'grid':>6} {'tokens':>7} {'ref ms':>10} {'fast ms':>10} {'speedup':>8}")
@@ -260,10 +320,16 @@ def print_report(report: dict[str, Any]) -> None:
         f"fast {sc['exponent']['separable']:.2f}"
     )
     t = report["training_step"]
+    off, paper, bf16 = t["dropout_off"], t["paper_dropout"], t["bf16"]
     print(
-        f"\ntraining step of the quadratic model (batch {t['batch']}, attention dropout off): reference "
-        f"{t['reference_images_per_s']:.1f} images/s, fast {t['fast_images_per_s']:.1f} images/s, "
-        f"{t['speedup']:.2f}x"
+        f"\ntraining step of the quadratic model (batch {t['batch']}), images/s:\n"
+        f"  attention dropout off: reference {off['reference']:.1f}, fast {off['auto']:.1f}, "
+        f"{off['speedup']:.2f}x\n"
+        f"  the paper's dropout 0.1: reference with one mask per image {paper['per_image_reference']:.1f}, "
+        f"reference with one mask per step {paper['reference']:.1f}, fast (shared) {paper['auto']:.1f}, "
+        f"{paper['speedup']:.2f}x against the per-image reference\n"
+        f"  bf16 autocast against float32 (attention dropout {bf16['attn_dropout']}): {bf16['float32']:.1f} "
+        f"-> {bf16['bf16']:.1f}, {bf16['speedup']:.2f}x"
     )
     d = report["data"]
     print(

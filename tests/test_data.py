@@ -114,3 +114,59 @@ def test_real_cifar_folder(cifar_dir):
     # real photographs: not constant, roughly CIFAR's channel means
     means = dm.test_set.images.float().mean(dim=(0, 2, 3)) / 255
     torch.testing.assert_close(means, torch.tensor([0.4914, 0.4822, 0.4465]), atol=0.03, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"val_size": -10}, "val_size must be >= 0"),
+        ({"train_subset": 0}, "train_subset must be positive"),
+        ({"batch_size": 0}, "batch_size must be positive"),
+        ({"eval_batch_size": -1}, "eval_batch_size must be positive"),
+        ({"protocol": "kaggle"}, "protocol must be clean or paper"),
+        ({"source": "ftp"}, "unknown data source"),
+    ],
+)
+def test_bad_data_options(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        CIFAR10DataModule(**{"source": "synthetic", **kwargs})
+
+
+def test_the_papers_protocol_trains_on_everything_and_validates_on_the_test_split():
+    clean = CIFAR10DataModule(source="synthetic", synthetic_size=200, val_size=40, batch_size=50)
+    paper = CIFAR10DataModule(
+        source="synthetic", synthetic_size=200, val_size=40, batch_size=50, protocol="paper"
+    )
+    for dm in (clean, paper):
+        dm.setup()
+    assert (len(clean.train_set), len(clean.val_set)) == (160, 40)
+    assert len(paper.train_set) == 200 and len(paper.val_set) == 0
+    val_images = torch.cat([images for images, _ in paper.val_dataloader()])
+    torch.testing.assert_close(val_images, paper.test_set.images)  # the validation loop is the test split
+
+
+def test_the_order_is_drawn_when_the_first_batch_is_taken():
+    """Lightning may create the training iterator before it sets the epoch (a resume from an epoch end):
+    the batches must follow the epoch set before the first batch is drawn."""
+    dm = CIFAR10DataModule(source="synthetic", synthetic_size=100, val_size=20, batch_size=16)
+    dm.setup()
+    loader = dm.train_dataloader()
+    early = iter(loader)  # created during epoch 0 ...
+    loader.batch_sampler.set_epoch(1)  # ... then the epoch is set
+    first = next(early)[1]
+    fresh = CIFAR10DataModule(source="synthetic", synthetic_size=100, val_size=20, batch_size=16)
+    fresh.setup()
+    expected = fresh.train_dataloader()
+    expected.batch_sampler.set_epoch(1)
+    torch.testing.assert_close(first, next(iter(expected))[1])
+    epoch0 = next(iter(fresh.train_dataloader()))[1]
+    assert not torch.equal(first, epoch0)
+
+
+def test_creating_a_loader_iterator_leaves_the_global_rng_alone():
+    dm = CIFAR10DataModule(source="synthetic", synthetic_size=100, val_size=20, batch_size=16)
+    dm.setup()
+    state = torch.get_rng_state()
+    iter(dm.train_dataloader())
+    iter(dm.val_dataloader())
+    assert torch.equal(torch.get_rng_state(), state)

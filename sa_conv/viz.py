@@ -107,27 +107,35 @@ def attention_grid(
     *,
     title: str | None = None,
 ) -> Figure:
-    """Rows = layers, columns = heads: each cell the probabilities of one query over the grid.
-
-    ``maps``: one ``(B|1, heads, N, N)`` tensor per layer (averaged over B).
-    """
+    """Every layer's heads, one near-square block of heads per layer, the blocks on a near-square grid
+    (6 layers of 9 heads: 2 rows of 3 blocks of 3 x 3). ``maps``: one ``(B|1, heads, N, N)`` tensor per
+    layer (averaged over B); each cell the query's attention over the grid."""
     layers, heads = len(maps), max(m.shape[1] for m in maps)
     q = query[0] * width + query[1]
-    fig = Figure(figsize=(1.3 * heads + 1.4, 1.3 * layers + 0.9), constrained_layout=True)
-    axes = fig.subplots(layers, heads, squeeze=False)
-    image = None
-    for i, m in enumerate(maps):
-        probs = _query_maps(m, q, height, width)  # (heads, H, W)
-        for h in range(heads):
+    hc = math.ceil(math.sqrt(heads))
+    hr = math.ceil(heads / hc)
+    lc = math.ceil(math.sqrt(layers))
+    lr = math.ceil(layers / lc)
+    fig = Figure(
+        figsize=(lc * (1.15 * hc + 0.2) + 1.2, lr * (1.15 * hr + 0.45) + 0.8), constrained_layout=True
+    )
+    blocks = np.atleast_1d(fig.subfigures(lr, lc, squeeze=False)).ravel()
+    image, cells = None, []
+    for i, block in enumerate(blocks):
+        if i >= layers:
+            continue
+        probs = _query_maps(maps[i], q, height, width)  # (heads, H, W)
+        axes = np.atleast_1d(block.subplots(hr, hc, squeeze=False)).ravel()
+        for h, ax in enumerate(axes):
             if h >= len(probs):
-                axes[i, h].set_visible(False)
+                ax.set_visible(False)
                 continue
-            image = _cell(axes[i, h], probs[h], query)
-            if i == 0:
-                axes[i, h].set_title(f"head {h + 1}", fontsize=8)
-        axes[i, 0].set_ylabel(f"layer {i + 1}", fontsize=8)
-    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, label="probability / head's peak")
-    fig.suptitle((f"{title}\n" if title else "") + CONTOUR_NOTE, fontsize=9)
+            image = _cell(ax, probs[h], query)
+            ax.set_title(f"{h + 1}", fontsize=7, pad=2)
+            cells.append(ax)
+        block.suptitle(f"layer {i + 1}", fontsize=9)
+    fig.colorbar(image, ax=cells[-min(len(cells), hc * hr) :], shrink=0.8, label="probability / head's peak")
+    fig.suptitle((f"{title}\n" if title else "") + "heads numbered; " + CONTOUR_NOTE, fontsize=9)
     return fig
 
 

@@ -126,6 +126,7 @@ def attention_grid(
             continue
         probs = _query_maps(maps[i], q, height, width)  # (heads, H, W)
         axes = np.atleast_1d(block.subplots(hr, hc, squeeze=False)).ravel()
+        cells = []  # the last layer's: the colour bar sits beside them
         for h, ax in enumerate(axes):
             if h >= len(probs):
                 ax.set_visible(False)
@@ -134,7 +135,7 @@ def attention_grid(
             ax.set_title(f"{h + 1}", fontsize=7, pad=2)
             cells.append(ax)
         block.suptitle(f"layer {i + 1}", fontsize=9)
-    fig.colorbar(image, ax=cells[-min(len(cells), hc * hr) :], shrink=0.8, label="probability / head's peak")
+    fig.colorbar(image, ax=cells, shrink=0.8, label="probability / head's peak")
     fig.suptitle((f"{title}\n" if title else "") + "heads numbered; " + CONTOUR_NOTE, fontsize=9)
     return fig
 

@@ -93,7 +93,11 @@ def test_fast_path_equals_reference(kind, impl, training):
     fast.impl = impl
     x = torch.randn(3, 6, 7, 16, requires_grad=True)
     x2 = x.detach().clone().requires_grad_(True)
-    y_ref, y_fast = ref(x), fast(x2)
+    assert_same_outputs_and_gradients(ref, fast, x, x2, ref(x), fast(x2))
+
+
+def assert_same_outputs_and_gradients(ref, fast, x, x2, y_ref, y_fast) -> None:
+    """The two layers' outputs, input gradients and parameter gradients agree (1e-5; 1e-4 relative)."""
     torch.testing.assert_close(y_fast, y_ref, rtol=1e-5, atol=1e-5)
     g = torch.randn_like(y_ref)
     y_ref.backward(g)
@@ -222,14 +226,9 @@ def test_shared_path_equals_reference_with_the_same_mask(kind):
     y_ref = ref(x)
     torch.manual_seed(7)
     y_fast = fast(x2)
-    torch.testing.assert_close(y_fast, y_ref, rtol=1e-5, atol=1e-5)
-    assert not torch.allclose(y_ref, ref.eval()(x), atol=1e-3)
-    g = torch.randn_like(y_ref)
-    y_ref.backward(g)
-    y_fast.backward(g)
-    torch.testing.assert_close(x2.grad, x.grad, rtol=1e-5, atol=1e-5)
-    for (name, p_ref), p_fast in zip(ref.named_parameters(), fast.parameters(), strict=True):
-        torch.testing.assert_close(p_fast.grad, p_ref.grad, rtol=1e-4, atol=1e-5, msg=name)
+    with torch.no_grad():
+        assert not torch.allclose(y_ref, copy.deepcopy(ref).eval()(x), atol=1e-3)  # dropout did act
+    assert_same_outputs_and_gradients(ref, fast, x, x2, y_ref, y_fast)
 
 
 def test_separable_refuses_dropout_in_training():

@@ -19,7 +19,7 @@ from typing import Any
 
 from experiments.cli import DEFAULT_DATA_DIR, ArgumentParser, UserError, check_data_dir, main_guard
 from experiments.presets import SCALES, preset
-from sa_conv.callbacks import figures_of
+from sa_conv.callbacks import figures_of, layer_summary
 from sa_conv.checkpointing import read_checkpoint
 from sa_conv.files import save_png, write_json, write_text
 from sa_conv.lit import ImageClassifier
@@ -140,7 +140,8 @@ def row_of(entry: Entry, seed: int, metrics: dict[str, Any]) -> dict[str, Any]:
         "best_val_acc": metrics.get("best_val_acc"),
         "train_time_s": metrics["wall_time_s"],
         "train_images_per_s": metrics["train_images_per_s"],
-        "layers": metrics.get("layers", []),
+        # recomputed from the run's own record, so that a summary added later applies to finished runs
+        "layers": layer_summary(metrics["locality_history"][-1]) if metrics.get("locality_history") else [],
         "run_dir": metrics["run_dir"],
     }
 
@@ -194,7 +195,10 @@ def markdown(rows: list[dict[str, Any]], args: Any) -> str:
         cells = []
         for i, layer in enumerate(r["layers"]):
             alpha = f", alpha {layer['median_alpha']:.2f}" if "median_alpha" in layer else ""
-            sharp = f"{layer['sharp_heads']}/{layer['heads']} sharp"
+            distinct = (
+                f" at {layer['sharp_distinct_taps']} distinct taps" if "sharp_distinct_taps" in layer else ""
+            )
+            sharp = f"{layer['sharp_heads']}/{layer['heads']} sharp{distinct}"
             cells.append(f"layer {i + 1}: {layer['mean_distance']:.2f} px, {sharp}{alpha}")
         if cells:
             lines.append(f"- {r['name']} seed {r['seed']}: " + "; ".join(cells))

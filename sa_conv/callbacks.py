@@ -184,7 +184,8 @@ def locality_snapshot(backbone: nn.Module, images: Tensor, step: int) -> dict[st
 
 def layer_summary(snapshot: dict[str, Any]) -> list[dict[str, float]]:
     """Per layer: mean attention distance, number of sharp heads (>= 0.5 of their mass on one pixel),
-    the heads' mean mass on one pixel (conv-likeness), and for Gaussian heads the median alpha."""
+    the heads' mean mass on one pixel (conv-likeness), and for Gaussian heads the median alpha and the
+    number of distinct taps (rounded centres) among the sharp heads."""
     out = []
     for layer in snapshot["layers"]:
         row = {
@@ -195,6 +196,8 @@ def layer_summary(snapshot: dict[str, Any]) -> list[dict[str, float]]:
         }
         if "inverse_covariance" in layer:
             row["median_alpha"] = float(gaussian_alpha(torch.tensor(layer["inverse_covariance"])).median())
+            taps = torch.tensor(layer["centres"]).round()[torch.tensor(layer["peak_mass"]) >= SHARP_MASS]
+            row["sharp_distinct_taps"] = len(torch.unique(taps, dim=0)) if len(taps) else 0
         out.append(row)
     return out
 

@@ -15,7 +15,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from experiments import figures, run
 from experiments.cli import main_guard
-from sa_conv.callbacks import figures_of
+from sa_conv.callbacks import figures_of, layer_summary
 from sa_conv.checkpointing import read_checkpoint
 from sa_conv.encodings import QuadraticEncoding
 from sa_conv.lit import ImageClassifier
@@ -282,3 +282,26 @@ def test_figures_cli_rejects_a_resnet(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code != 0 and "has no attention maps" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_layer_summary_counts_sharp_heads_and_their_distinct_taps():
+    snapshot = {
+        "step": 5,
+        "layers": [
+            {
+                "mean_distance": [1.0, 2.0, 3.0, 2.0],
+                "peak_mass": [0.9, 0.6, 0.2, 0.55],
+                "centres": [
+                    [1.1, 0.0],
+                    [0.9, 0.2],
+                    [3.0, 3.0],
+                    [-1.2, 0.4],
+                ],  # heads 1 and 2 share tap (1, 0)
+                "inverse_covariance": [[[4.0, 0.0], [0.0, 4.0]]] * 3 + [[[1.0, 0.0], [0.0, 1.0]]],
+            }
+        ],
+    }
+    (row,) = layer_summary(snapshot)
+    assert row["sharp_heads"] == 3 and row["sharp_distinct_taps"] == 2 and row["heads"] == 4
+    assert row["mean_distance"] == pytest.approx(2.0) and row["conv_likeness"] == pytest.approx(0.5625)
+    assert row["median_alpha"] == pytest.approx(2.0)  # alphas 2, 2, 2, 0.5

@@ -138,7 +138,9 @@ def row_of(entry: Entry, seed: int, metrics: dict[str, Any]) -> dict[str, Any]:
         "test_acc_stderr": standard_error(metrics["test_acc"], metrics["n_test_images"]),
         "n_test_images": metrics["n_test_images"],
         "best_val_acc": metrics.get("best_val_acc"),
-        "train_time_s": metrics["wall_time_s"],
+        # the training steps' time over the whole run, resumes included (not the evaluation)
+        "train_time_s": metrics.get("train_step_seconds")
+        or metrics["n_train_images"] * metrics["epochs_completed"] / metrics["train_images_per_s"],
         "train_images_per_s": metrics["train_images_per_s"],
         # recomputed from the run's own record, so that a summary added later applies to finished runs
         "layers": layer_summary(metrics["locality_history"][-1]) if metrics.get("locality_history") else [],
@@ -172,7 +174,7 @@ def markdown(rows: list[dict[str, Any]], args: Any) -> str:
         budget,
         machine,
         "",
-        "| model | seed | params | GFLOPs/image | train (min) | images/s | test acc | paper acc (params) |",
+        "| model | seed | params | GFLOPs/image | steps (min) | images/s | test acc | paper acc (params) |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in rows:

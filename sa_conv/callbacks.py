@@ -68,6 +68,9 @@ class TrainingProgress(pl.Callback):
         epochs_left = max((trainer.max_epochs or 0) - trainer.current_epoch - 1, 0)
         return max(total - trainer.global_step, 0) * per_step + epochs_left * evals
 
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._epoch_start = time.perf_counter()  # a run resumed mid-epoch starts its epoch here
+
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_start = time.perf_counter()
         self._eval_seconds = 0.0

@@ -515,7 +515,7 @@ def train(
     wall = time.perf_counter() - start
     best_path = best.best_model_path if best.best_model_path and not options.fast_dev_run else None
     # taken now: testing a checkpoint restores the callbacks' states of that checkpoint
-    history, images_per_s = list(progress.history), progress.images_per_second
+    history, images_per_s, step_seconds = list(progress.history), progress.images_per_second, progress.seconds
     snapshots = list(figures.history) if figures is not None else []
     if config.protocol == "paper":  # the validation loop was the test split, every epoch
         evaluated = [h["test_acc"] for h in history if "test_acc" in h]
@@ -548,7 +548,8 @@ def train(
         "n_test_images": len(datamodule.test_set),
         "epochs_completed": trainer.current_epoch,
         "global_steps": trainer.global_step,
-        "wall_time_s": wall,
+        "wall_time_s": wall,  # of this process (a resumed run: since the resume)
+        "train_step_seconds": step_seconds,  # forward, backward and update, over the whole run
         "train_images_per_s": images_per_s,
         "train_tflops": 3 * flops * images_per_s / 1e12,  # forward + backward ~ 3x forward
         "history": history,

@@ -10,6 +10,7 @@ import logging
 import math
 import re
 import sys
+import types
 import typing
 import warnings
 from collections.abc import Callable, Mapping
@@ -76,6 +77,10 @@ def _float(text: str) -> float:
     return value
 
 
+def _int_or_word(text: str) -> int | str:
+    return int(text) if re.fullmatch(r"[+-]?\d+", text) else text
+
+
 def _count_or_fraction(text: str) -> int | float:
     """``"20"`` -> 20 batches; ``"0.5"`` or ``"1.0"`` -> a fraction of the epoch (Lightning's meanings)."""
     return _int(text) if re.fullmatch(r"[+-]?\d+", text) else _float(text)
@@ -84,11 +89,13 @@ def _count_or_fraction(text: str) -> int | float:
 def _parser_for(hint: Any) -> tuple[Callable[[str], Any], dict[str, Any]]:
     """argparse ``type`` and extra keywords for a field type."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, __import__("types").UnionType):
+    if origin in (typing.Union, types.UnionType):
         rest = [a for a in args if a is not type(None)]
         if set(rest) == {int, float}:
             inner: Callable[[str], Any] = _count_or_fraction
             extra: dict[str, Any] = {}
+        elif set(rest) == {int, str}:  # a count or a word (devices: 2 or auto)
+            inner, extra = _int_or_word, {}
         else:
             inner, extra = _parser_for(rest[0])
         if type(None) not in args:
@@ -201,9 +208,13 @@ def datamodule_from_flags(args: argparse.Namespace, config: Any) -> Any:
     )
 
 
-def datamodule_of_checkpoint(ckpt: dict[str, Any], args: argparse.Namespace, *, batch_size: int) -> Any:
-    """The data a checkpoint was trained on (its folder, split and seed), unless the flags name other data."""
-    from sa_conv.data import CIFAR10DataModule
+def datamodule_of_checkpoint(
+    ckpt: dict[str, Any], args: argparse.Namespace, *, batch_size: int | None = None
+) -> Any:
+    """The data a checkpoint was trained on: its folder (unless the flags name other data) and its run
+    config's split, subset, protocol, augmentation and seed; ``batch_size`` replaces the run's."""
+    from sa_conv.checkpointing import run_config_of
+    from sa_conv.training import RunConfig, datamodule_for
 
     trained = ckpt.get("datamodule_hyper_parameters") or {}
     synthetic = args.synthetic or (args.data_dir is None and trained.get("source") == "synthetic")
@@ -214,15 +225,17 @@ def datamodule_of_checkpoint(ckpt: dict[str, Any], args: argparse.Namespace, *, 
         data_dir = Path(trained["data_dir"])
         if not data_dir.is_dir():
             raise UserError(f"the checkpoint was trained on {data_dir}, which is not here: pass --data-dir")
-    return CIFAR10DataModule(
+    stored = run_config_of(ckpt)
+    if stored is None:
+        raise UserError("the checkpoint holds no run config (not written by experiments.run)")
+    config = RunConfig.from_dict(stored)
+    if batch_size is not None:
+        config = config.replace(batch_size=batch_size)
+    return datamodule_for(
+        config,
         data_dir=data_dir or DEFAULT_DATA_DIR,
-        source="synthetic" if synthetic else "auto",
-        batch_size=batch_size,
-        eval_batch_size=batch_size,
-        val_size=trained.get("val_size", 5000),
-        protocol=trained.get("protocol", "clean"),
+        synthetic=synthetic,
         synthetic_size=trained.get("synthetic_size", args.synthetic_size),
-        seed=trained.get("seed", 0),
     )
 
 

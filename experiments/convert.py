@@ -239,7 +239,7 @@ def convert_attention_to_conv(args) -> int:
     if not hasattr(model, "attention_layers"):
         raise UserError(f"{args.checkpoint} has no attention layers")
     n = len(model.blocks)
-    chosen = [args.layers] if isinstance(args.layers, int) else list(args.layers or range(1, n + 1))
+    chosen = sorted({args.layers} if isinstance(args.layers, int) else set(args.layers or range(1, n + 1)))
     if not all(1 <= i <= n for i in chosen):
         raise UserError(f"--layers must be in 1..{n}, got {args.layers}")
     images, labels = test_images(ckpt, args)

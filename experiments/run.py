@@ -28,7 +28,7 @@ from sa_conv.models import MODELS
 from sa_conv.training import RunConfig, RunOptions, find_resume, load_config, train
 
 PROG = "python -m experiments.run"
-SLOW_HINT = "On a CPU, --scale tiny trains in minutes and --scale small in about half an hour per model."
+SLOW_HINT = "On a CPU, --scale tiny trains in minutes and --scale small in about 45 minutes per model."
 
 
 def _first_stage(argv: list[str]) -> argparse.Namespace:
@@ -38,8 +38,7 @@ def _first_stage(argv: list[str]) -> argparse.Namespace:
     """
     parser = ArgumentParser(prog=PROG, add_help=False)
     parser.add_argument("model", nargs="?")
-    parser.add_argument("--scale")
-    parser.add_argument("--config", type=Path)
+    _meta_flags(parser)
     for cls in (RunConfig, RunOptions, *(family for family, _, _ in MODELS.values())):
         add_config_flags(parser, cls, {}, skip=("model", "scale"), loose=True)
     data_flags(parser)
@@ -54,8 +53,8 @@ def base_config(argv: list[str]) -> RunConfig | None:
         config = load_config(first.config)
         if first.model is not None and first.model != config.model:
             raise UserError(f"the model {first.model!r} differs from {first.config}'s model {config.model!r}")
-        if first.scale is not None and first.scale != config.scale:
-            config = config.replace(scale=first.scale)
+        if first.scale is not None:
+            raise UserError("--scale and --config: a config file is complete; change its options with flags")
         return config
     if first.model is None:
         return None
@@ -64,18 +63,9 @@ def base_config(argv: list[str]) -> RunConfig | None:
     return preset(first.model, first.scale or "paper")
 
 
-def build_parser(base: RunConfig | None) -> ArgumentParser:
-    """The full parser: the flags of the run config, of ``base.model``'s config, and of the run options."""
-    models = ", ".join(MODELS)
-    parser = ArgumentParser(
-        prog=PROG,
-        usage=f"{PROG} MODEL [--scale SCALE] [--config FILE] [--print-config] [--resume [PATH]] [options]",
-        description=f"Train a model on CIFAR-10. Models: {models}. Scales: {', '.join(SCALES)} (paper = the "
-        "paper's run.sh; small = the CPU scale where heads localize, ~30 min; tiny = minutes, a smoke test). "
-        "Name a model before --help to see its options with the preset's values.",
-    )
-    parser.add_argument("model", nargs="?" if base is not None else None, help=f"one of: {models}")
-    parser.add_argument("--scale", choices=SCALES, help="the preset to start from (default: paper)")
+def _meta_flags(parser: ArgumentParser) -> None:
+    """The flags about the command line itself: where the config comes from, resuming, debugging."""
+    parser.add_argument("--scale", help=f"the preset to start from: {', '.join(SCALES)} (default: paper)")
     parser.add_argument(
         "--config", type=Path, help="start from this YAML config (--print-config, config.yaml)"
     )
@@ -90,6 +80,20 @@ def build_parser(base: RunConfig | None) -> ArgumentParser:
         help="resume PATH, or the newest run with this config (latest; auto: a new run if there is none)",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+def build_parser(base: RunConfig | None) -> ArgumentParser:
+    """The full parser: the flags of the run config, of ``base.model``'s config, and of the run options."""
+    models = ", ".join(MODELS)
+    parser = ArgumentParser(
+        prog=PROG,
+        usage=f"{PROG} MODEL [--scale SCALE] [--config FILE] [--print-config] [--resume [PATH]] [options]",
+        description=f"Train a model on CIFAR-10. Models: {models}. Scales: {', '.join(SCALES)} (paper = the "
+        "paper's run.sh; small = the CPU scale where heads localize, ~45 min; tiny = minutes, a smoke test). "
+        "Name a model before --help to see its options with the preset's values.",
+    )
+    parser.add_argument("model", nargs="?" if base is not None else None, help=f"one of: {models}")
+    _meta_flags(parser)
     if base is None:
         return parser
     family = MODELS[base.model][0]

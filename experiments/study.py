@@ -66,8 +66,7 @@ STUDIES: dict[str, tuple[Entry, ...]] = {
     ),
     "paper": tuple(Entry(m, m) for m in ("resnet18", "quadratic", "gaussian", "learned", "learned-content")),
 }
-# run order of a study: the first seed of every entry, then the second seeds
-PAPER_TABLE = {
+PAPER_TABLE = {  # the paper's Table 1: accuracy (%), parameters (M)
     "resnet18": (93.8, 11.2),
     "quadratic": (93.8, 12.1),
     "learned": (91.8, 12.3),
@@ -84,7 +83,7 @@ def run_entry(entry: Entry, seed: int, args: Any) -> dict[str, Any]:
     """Train (or resume, or read back) one run; returns its metrics."""
     config = entry_config(entry, args.scale, seed)
     root = args.out / "runs" / args.scale / f"{entry.name}-seed{seed}"
-    done = sorted(root.glob(f"{entry.model}/version_*/metrics.json"))
+    done = sorted(root.glob(f"{entry.model}/version_*/metrics.json"), key=lambda p: int(p.parent.name[8:]))
     for path in reversed(done):
         metrics = json.loads(path.read_text())
         if not config_difference(metrics["config"], config.to_dict()):
@@ -140,7 +139,7 @@ def row_of(entry: Entry, seed: int, metrics: dict[str, Any]) -> dict[str, Any]:
         "best_val_acc": metrics.get("best_val_acc"),
         # the training steps' time over the whole run, resumes included (not the evaluation)
         "train_time_s": metrics.get("train_step_seconds")
-        or metrics["n_train_images"] * metrics["epochs_completed"] / metrics["train_images_per_s"],
+        or metrics["n_train_images"] * metrics["epochs_completed"] / max(metrics["train_images_per_s"], 1e-9),
         "train_images_per_s": metrics["train_images_per_s"],
         # recomputed from the run's own record, so that a summary added later applies to finished runs
         "layers": layer_summary(metrics["locality_history"][-1]) if metrics.get("locality_history") else [],
@@ -164,7 +163,7 @@ def markdown(rows: list[dict[str, Any]], args: Any) -> str:
     )
     machine = (
         f"Hardware: {hw['cpu']} ({hw['cpu_count']} cores), {hw.get('gpu') or 'no GPU'}; "
-        "images/s measured while other work shared the machine."
+        "images/s as measured during each run."
     )
     lines = [
         f"# Study at `{args.scale}` scale",
@@ -229,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only and len(entries) != len(set(args.only)):
         unknown = sorted(set(args.only) - {e.name for e in STUDIES[args.scale]})
         raise UserError(f"--only: no entry {', '.join(unknown)} at scale {args.scale}")
+    # run order: the first seed of every entry, then the second seeds
     order = sorted(((e, s) for e in entries for s in e.seeds), key=lambda es: es[0].seeds.index(es[1]))
     results: dict[tuple[str, int], dict[str, Any]] = {}
     for entry, seed in order:

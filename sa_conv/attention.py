@@ -5,9 +5,10 @@ Head h computes ``P_h X`` at full width ``dim``; the heads are concatenated ``(h
 relative encoding), plus ``q_h . k_h / sqrt(dim)`` when ``content=True``, plus the encoding's query- or
 key-dependent terms when it declares them (composite attention).
 
-Precision: logits and their softmax are computed in float32 (float64 for a float64 layer) under any
-autocast, as the paper's float32 code did: a sharp quadratic head (alpha 46) has logits in the
-thousands, which bfloat16 cannot resolve. Only the products with the values run in the autocast dtype.
+Precision: every logit term (positional, content, composite) and the softmax are computed in float32
+(float64 for a float64 layer) under any autocast, as the paper's float32 code did: a sharp quadratic
+head (alpha 46) has logits in the thousands, which bfloat16 cannot resolve. The projections and the
+products of the probabilities with the values run in the autocast dtype.
 
 Attention dropout follows the paper's code: for input-independent (positional-only) attention it drops
 the batch-free ``(heads, N, N)`` probability tensor once per step, one mask shared by every image of the
@@ -135,7 +136,8 @@ class MultiHeadSelfAttention2d(nn.Module):
         bias = self._bias(q, k, h, w, dtype)  # (1|B, heads, N, N) or None
         if not self.content:
             return bias
-        logits = ((q / math.sqrt(self.dim)) @ k.transpose(-1, -2)).to(dtype)  # (B, heads, N, N)
+        with torch.autocast(x.device.type, enabled=False):  # the logits in the softmax dtype
+            logits = (q.to(dtype) / math.sqrt(self.dim)) @ k.to(dtype).transpose(-1, -2)  # (B, heads, N, N)
         return logits if bias is None else logits.add_(bias)  # in place: one pass over (B, heads, N, N)
 
     def probabilities(self, x: Tensor) -> Tensor:
@@ -250,11 +252,13 @@ class MultiHeadSelfAttention2d(nn.Module):
         """Every logit term but content, in ``dtype``: positional (+ query / key terms); None if none."""
         if self.encoding is None:
             return None
-        bias = self._positional(h, w, q.device if q is not None else k.device, dtype).unsqueeze(0)
-        if self.query_term:
-            bias = self.encoding.query_logits(q, h, w).to(dtype).add_(bias)  # (B, heads, N, N)
-        if self.key_term:
-            bias = self.encoding.key_logits(k, h, w).to(dtype).add_(bias)
+        device = q.device if q is not None else k.device
+        bias = self._positional(h, w, device, dtype).unsqueeze(0)  # (1, heads, N, N)
+        with torch.autocast(device.type, enabled=False):  # the logits in the softmax dtype
+            if self.query_term:
+                bias = self.encoding.query_logits(q.to(dtype), h, w).add_(bias)  # (B, heads, N, N)
+            if self.key_term:
+                bias = self.encoding.key_logits(k.to(dtype), h, w).add_(bias)
         return bias
 
     def _project(self, linear: nn.Linear, x: Tensor) -> Tensor:

@@ -9,6 +9,7 @@ import pytorch_lightning as pl
 import torch
 from lightning_fabric.utilities.seed import _collect_rng_states, _set_rng_states
 from pytorch_lightning.plugins.io import TorchCheckpointIO
+from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from sa_conv import __version__
@@ -96,7 +97,7 @@ class InterruptCheckpoint(pl.Callback):
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
-        if isinstance(exception, SIGTERMException):
+        if isinstance(exception, SIGTERMException) and trainer.state.fn == TrainerFn.FITTING:
             trainer.save_checkpoint(self.path)
 
 

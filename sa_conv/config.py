@@ -75,6 +75,14 @@ def config_from_dict(cls: type, data: Mapping[str, Any], *, what: str = "config"
     unknown = sorted(set(data) - set(types_))
     if unknown:
         raise ValueError(f"{what} has no option {', '.join(unknown)}; options: {', '.join(types_)}")
+    required = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    missing = [name for name in required if name not in data]
+    if missing:
+        raise ValueError(f"{what} needs {', '.join(missing)}")
     values = {k: coerce(v, types_[k], k) for k, v in data.items()}
     return cls(**values)
 

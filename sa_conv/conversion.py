@@ -172,9 +172,10 @@ def convert_network(model: nn.Module, *, alpha: float = 46.0, impl: Impl = "auto
 
 def _gaussian_heads(layer: MultiHeadSelfAttention2d) -> Tensor:
     """The centres ``(heads, 2)`` of a positional layer of Gaussian heads (quadratic or generalized)."""
-    gaussians = layer.encoding.head_gaussians() if layer.encoding is not None else None
+    encoding = getattr(layer, "encoding", None)  # mixed attention layers have none
+    gaussians = encoding.head_gaussians() if encoding is not None else None
     if gaussians is None or layer.input_dependent:
-        kind = type(layer.encoding).__name__ if layer.encoding is not None else "content-only"
+        kind = type(encoding).__name__ if encoding is not None else type(layer).__name__
         raise ValueError(f"attention_to_conv needs Gaussian heads without content, got {kind}")
     return gaussians[0]
 

@@ -36,7 +36,7 @@ class MixedAttention2d(nn.Module):
         head_ratio: int = 2,
         kernel_size: int = 3,
         attn_dropout: float = 0.0,
-        init_std: float = 0.02,
+        init_std: float | None = 0.02,
     ) -> None:
         super().__init__()
         if heads <= 0 or head_ratio <= 0 or heads % head_ratio or dim % heads:
@@ -58,10 +58,11 @@ class MixedAttention2d(nn.Module):
             dim, dim, kernel_size, padding=kernel_size // 2, groups=dim, bias=False
         )
         self.key_pointwise = nn.Conv2d(dim, width, 1)
-        with torch.no_grad():  # ConvBERT's SeparableConv1D init: weights N(0, 0.02^2), the bias zeros
-            self.key_depthwise.weight.normal_(0.0, init_std)
-            self.key_pointwise.weight.normal_(0.0, init_std)
-            self.key_pointwise.bias.zero_()
+        if init_std is not None:  # ConvBERT's SeparableConv1D init: weights N(0, 0.02^2), the bias zeros
+            with torch.no_grad():
+                self.key_depthwise.weight.normal_(0.0, init_std)
+                self.key_pointwise.weight.normal_(0.0, init_std)
+                self.key_pointwise.bias.zero_()
         # values of the conv heads and their dynamic kernels, predicted from Ks * Q
         self.conv_value = nn.Linear(dim, width)
         self.conv = DynamicConv2d(width, self.n, kernel_size)

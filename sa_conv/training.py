@@ -40,7 +40,7 @@ from sa_conv.checkpointing import (
     read_checkpoint,
     run_config_of,
 )
-from sa_conv.config import config_from_dict, config_to_dict
+from sa_conv.config import coerce, config_from_dict, config_to_dict, field_types
 from sa_conv.data import CIFAR10DataModule, Protocol
 from sa_conv.files import write_json, write_text
 from sa_conv.lit import ImageClassifier, Schedule
@@ -92,7 +92,11 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.model not in MODELS:
             raise ValueError(f"unknown model {self.model!r}; valid models: {', '.join(MODELS)}")
-        resolved = dataclasses.asdict(model_config(self.model, **self.model_config))
+        family = field_types(
+            MODELS[self.model][0]
+        )  # typed as the model's config says (YAML gives lists, ints)
+        typed = {k: coerce(v, family[k], k) if k in family else v for k, v in self.model_config.items()}
+        resolved = dataclasses.asdict(model_config(self.model, **typed))
         object.__setattr__(self, "model_config", resolved)
         checks = [
             ("epochs", self.epochs >= 1, "a positive integer"),
@@ -150,7 +154,7 @@ class RunOptions:
     strategy: str = "auto"
     compile: bool = False  # torch.compile the backbone
     max_time: str | None = None  # Lightning: stop after DD:HH:MM:SS
-    fast_dev_run: bool = False  # Lightning: one batch of each stage, nothing saved
+    fast_dev_run: bool = False  # Lightning: one batch of each stage, nothing written
     checkpoint_every: int | None = None  # also a snapshot every N training steps
     snapshot_minutes: float = 10.0  # a snapshot every this many minutes of training (0: none)
     figures_every: int | None = 5  # attention figures every N epochs (None: no attention record)
@@ -278,7 +282,8 @@ def _checkpoints(run_dir: Path) -> list[Path]:
 def find_resume(
     spec: str, root: Path, config: RunConfig, *, warn: Any = print
 ) -> tuple[Path, int | None] | None:
-    """The checkpoint to resume and its run's version.
+    """The checkpoint to resume and its run's version under ``root`` (None for a checkpoint from
+    elsewhere: its training continues in a new run folder).
 
     ``spec``: a checkpoint path, ``latest`` (the newest readable checkpoint of the newest run under
     ``root/<model>`` with this config; one must exist) or ``auto`` (the same, or None: start a new run).
@@ -298,10 +303,11 @@ def find_resume(
     if spec not in ("latest", "auto"):
         path = Path(spec)
         check(path, read_checkpoint(path))
-        return path, _version_of(path)
+        inside = (root / config.model).resolve() in path.resolve().parents
+        return path, _version_of(path) if inside else None
     runs = sorted(
         (root / config.model).glob("version_*"),
-        key=lambda p: int(p.name.split("_")[1]) if p.name.split("_")[1].isdigit() else -1,
+        key=lambda p: _version_of(p / "checkpoints") or -1,
         reverse=True,
     )
     mismatch = None
@@ -343,6 +349,8 @@ def _sigint_as_sigterm() -> Iterator[dict[str, str]]:
     def handler(signum: int, frame: Any) -> None:
         received["signal"] = "SIGINT"
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):  # before Lightning's handler is in
+            raise KeyboardInterrupt
         signal.raise_signal(signal.SIGTERM)
 
     try:
@@ -448,10 +456,11 @@ def train(
         save_on_train_epoch_end=True,
         auto_insert_metric_name=False,
     )
+    interrupt = InterruptCheckpoint(dirpath=ckpt_dir, filename="interrupted")
     callbacks: list[pl.Callback] = [
         best,
         _latest(ckpt_dir, "last", save_on_train_epoch_end=True),  # every epoch (best's save_last is not)
-        InterruptCheckpoint(dirpath=ckpt_dir, filename="interrupted"),
+        interrupt,
     ]
     if options.snapshot_minutes > 0:
         interval = timedelta(minutes=options.snapshot_minutes)
@@ -471,7 +480,10 @@ def train(
     if options.figures_every is not None and hasattr(backbone, "attention_maps"):
         figures = AttentionFigures(
             every_n_epochs=options.figures_every,
-            history_every_n_steps=options.history_every or _default_history_every(config, datamodule),
+            history_every_n_steps=options.history_every
+            or _default_history_every(
+                config, datamodule, options.devices if isinstance(options.devices, int) else 1
+            ),
         )
         callbacks.append(figures)
     trainer = pl.Trainer(
@@ -492,7 +504,8 @@ def train(
         plugins=[AtomicCheckpointIO()],
     )
     if trainer.is_global_zero:
-        write_text(run_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
+        if not options.fast_dev_run:  # a smoke test writes nothing
+            write_text(run_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
         print(f"sa-conv {__version__} | model {config.model} | scale {config.scale} | run dir {run_dir}")
         print(
             f"parameters: {n_params:,} | forward FLOPs per image: {flops / 1e9:.3f} GFLOP | "
@@ -510,8 +523,8 @@ def train(
                 module, datamodule=datamodule, ckpt_path=str(resume) if resume else None, weights_only=False
             )
         except SIGTERMException:
-            checkpoint = ckpt_dir / "interrupted.ckpt"
-            raise RunInterruptedError(run_dir, checkpoint, trainer.global_step, received["signal"]) from None
+            step = trainer.global_step
+            raise RunInterruptedError(run_dir, interrupt.path, step, received["signal"]) from None
     wall = time.perf_counter() - start
     best_path = best.best_model_path if best.best_model_path and not options.fast_dev_run else None
     # taken now: testing a checkpoint restores the callbacks' states of that checkpoint
@@ -525,9 +538,14 @@ def train(
         }
         test["test_acc"] = test["best_test_acc"]
     else:
-        results = trainer.test(
-            module, datamodule=datamodule, ckpt_path=best_path, verbose=False, weights_only=False
-        )
+        with _sigint_as_sigterm() as received:
+            try:
+                results = trainer.test(
+                    module, datamodule=datamodule, ckpt_path=best_path, verbose=False, weights_only=False
+                )
+            except SIGTERMException:  # training is complete: a resume only tests and writes metrics.json
+                last = ckpt_dir / "last.ckpt"
+                raise RunInterruptedError(run_dir, last, trainer.global_step, received["signal"]) from None
         test = {
             "test_acc": float(results[0]["test/acc"]) if results else float("nan"),
             "best_val_acc": float(best.best_model_score)
@@ -563,7 +581,7 @@ def train(
     if snapshots:
         summary["layers"] = layer_summary(snapshots[-1])
         summary["locality_history"] = snapshots
-    if trainer.is_global_zero:
+    if trainer.is_global_zero and not options.fast_dev_run:
         write_json(run_dir / "metrics.json", summary)
     return summary
 
@@ -573,10 +591,10 @@ def _latest(folder: Path, name: str, **when: Any) -> ModelCheckpoint:
     return ModelCheckpoint(dirpath=folder, filename=name, enable_version_counter=False, **when)
 
 
-def _default_history_every(config: RunConfig, datamodule: CIFAR10DataModule) -> int:
+def _default_history_every(config: RunConfig, datamodule: CIFAR10DataModule, world_size: int) -> int:
     """Locality snapshots about 40 times over the run."""
     datamodule.setup()
-    steps_per_epoch = math.ceil(len(datamodule.train_set) / config.batch_size)
+    steps_per_epoch = math.ceil(len(datamodule.train_set) / config.batch_size / world_size)
     limit = config.limit_train_batches
     if isinstance(limit, int):
         steps_per_epoch = min(steps_per_epoch, limit)

@@ -147,6 +147,11 @@ def test_help_shows_the_presets_values(capsys):
         (["quadratic", "--resume", "/nonexistent.ckpt"], "does not exist"),
         (["quadratic", "--config", "/nonexistent.yaml"], "config file /nonexistent.yaml does not exist"),
         (["--print-config"], "required: model"),
+        (["mixed", "--head-ratio", "0"], "head_ratio must be a positive integer"),
+        (["composite", "--window", "-1"], "window must be an integer >= 0"),
+        (["mixed", "--conv-kernel", "4"], "conv_kernel must be odd"),
+        (["quadratic", "--init-std", "0"], "init_std must be positive"),
+        (["quadratic", "--layer-heads", "9"], "layer_heads must be 6 positive integers"),
         (["--epochs", "2", "--print-config"], "required: model"),
     ],
 )
@@ -162,13 +167,33 @@ def test_run_bad_config_files(tmp_path, capsys):
         "typed.yaml": ("model: quadratic\nepochs: three\n", "epochs must be an integer"),
         "list.yaml": ("- 1\n- 2\n", "must be a mapping"),
         "empty.yaml": ("", "is empty"),
+        "nomodel.yaml": ("epochs: 3\n", "needs model"),
+        "typed-model.yaml": (
+            "model: quadratic\nmodel_config: {dropout: '0.1'}\n",
+            "dropout must be a number",
+        ),
     }
     for name, (text, match) in cases.items():
         (tmp_path / name).write_text(text)
         code, _, err = call(run, ["--config", str(tmp_path / name)], capsys)
         assert match in one_line_error(code, err), name
-    code, _, err = call(run, ["learned", "--config", str(tmp_path / "unknown.yaml")], capsys)
-    assert "differs from" in one_line_error(code, err) or "has no option" in err
+    (tmp_path / "good.yaml").write_text("model: quadratic\n")
+    code, _, err = call(run, ["learned", "--config", str(tmp_path / "good.yaml")], capsys)
+    assert "the model 'learned' differs from" in one_line_error(code, err)
+    code, _, err = call(run, ["--config", str(tmp_path / "good.yaml"), "--scale", "tiny"], capsys)
+    assert "--scale and --config" in one_line_error(code, err)
+    lists = tmp_path / "lists.yaml"  # YAML lists and ints typed as the config says
+    lists.write_text("model: quadratic\nlr: 1\nmodel_config: {layers: 2, layer_heads: [3, 4]}\n")
+    code, out, _ = call(run, ["--config", str(lists), "--print-config"], capsys)
+    config = RunConfig.from_dict(yaml.safe_load(out))
+    assert code == 0 and config.model_config["layer_heads"] == (3, 4) and config.lr == 1.0
+
+
+def test_flags_before_the_model_and_word_values(capsys):
+    code, out, _ = call(run, ["--resume", "auto", "quadratic", "--devices", "auto", "--print-config"], capsys)
+    assert code == 0 and yaml.safe_load(out)["model"] == "quadratic"
+    code, out, _ = call(run, ["--epochs", "2", "learned", "--print-config"], capsys)
+    assert code == 0 and yaml.safe_load(out)["model"] == "learned" and yaml.safe_load(out)["epochs"] == 2
 
 
 def test_run_unknown_option(capsys):
@@ -294,6 +319,12 @@ def test_convert_a_trained_resnet_layer(tmp_path, capsys):
     assert result["max_rel_logit_diff"] < 1e-4 and result["attention_heads"] == 9 * 17 + 3
     code, _, err = call(convert, ["--checkpoint", ckpt, "--to-conv"], capsys)
     assert "has no attention layers" in one_line_error(code, err)
+    mixed = ["mixed", "--scale", "tiny", "--layers", "1", "--hidden", "16", "--heads", "4", "--epochs", "1"]
+    assert main_guard(run.main)([*mixed, "--synthetic", "--output-dir", str(tmp_path)]) == 0
+    capsys.readouterr()
+    mixed_ckpt = str(tmp_path / "mixed/version_0/checkpoints/last.ckpt")
+    code, _, err = call(convert, ["--checkpoint", mixed_ckpt, "--to-conv"], capsys)
+    assert "needs Gaussian heads without content, got MixedAttention2d" in one_line_error(code, err)
 
 
 def test_convert_trained_attention_to_convolutions(synthetic_run, tmp_path, capsys):

@@ -2,6 +2,7 @@
 
 import json
 
+import pytorch_lightning as pl
 import torch
 from torch import nn
 
@@ -9,6 +10,7 @@ from experiments import figures, run
 from experiments.cli import main_guard
 from sa_conv.encodings import ENCODINGS, PositionalEncoding, relative_shifts
 from sa_conv.models import create_model
+from sa_conv.training import RunConfig, module_for
 
 
 class ManhattanEncoding(PositionalEncoding):
@@ -38,7 +40,8 @@ def test_a_new_encoding_is_one_class_and_one_registry_line(monkeypatch, tmp_path
     ckpt = out / "quadratic/version_0/checkpoints/last.ckpt"
     assert main_guard(figures.main)([str(ckpt), "--out", str(tmp_path / "fig")]) == 0
     assert (tmp_path / "fig" / "quadratic_layer1.png").is_file()
-    state = torch.load(ckpt, weights_only=False)["state_dict"]
-    assert (
-        "backbone.blocks.0.attention.encoding.beta" in state
-    )  # it trained (and weight-decayed) as any other
+    trained = torch.load(ckpt, weights_only=False)["state_dict"]["backbone.blocks.0.attention.encoding.beta"]
+    config = RunConfig.from_dict(metrics["config"])
+    pl.seed_everything(config.seed, verbose=False)  # the run's initial weights, again
+    initial = module_for(config).backbone.blocks[0].attention.encoding.beta
+    assert trained.shape == (3,) and not torch.allclose(trained, initial)  # it trained as any other

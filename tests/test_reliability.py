@@ -414,3 +414,35 @@ def test_ddp_on_cpu_evaluates_the_whole_test_set_once(tmp_path):
     single = json.loads(out.stdout.strip().splitlines()[-1])
     assert single["n_images"] == metrics["n_test_images"]
     assert single["accuracy"] == pytest.approx(metrics["test_acc"], abs=1e-6)
+
+
+def test_a_signal_while_testing_is_one_line_and_a_resume_finishes(tmp_path, monkeypatch, capsys):
+    class KillWhileTesting(pl.Callback):
+        def on_test_batch_end(self, trainer, *args, **kwargs) -> None:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    # 4,096 synthetic images: 1,024 test images in 4 batches (Lightning stops an evaluation before its last)
+    argv = ["quadratic", *TINY, "--epochs", "1", "--synthetic-size", "4096", "--limit-train-batches", "2"]
+    argv += ["--output-dir", str(tmp_path)]
+    with monkeypatch.context() as patch:
+        with_callback(patch, KillWhileTesting())
+        code, _, err = call_run(argv, capsys)
+    assert code == 143 and "last.ckpt" in one_line_error(code, err)
+    checkpoints = tmp_path / "quadratic/version_0/checkpoints"
+    assert not (checkpoints / "interrupted.ckpt").exists()  # the training was complete: nothing new to save
+    assert not (tmp_path / "quadratic/version_0/metrics.json").exists()
+    counter = StepCounter()
+    with_callback(monkeypatch, counter)
+    assert call_run([*argv, "--resume"], capsys)[0] == 0
+    assert counter.steps == 0 and (tmp_path / "quadratic/version_0/metrics.json").is_file()
+
+
+def test_resuming_a_checkpoint_from_elsewhere_starts_a_new_run_folder(tmp_path, capsys):
+    base = ["quadratic", *TINY, "--epochs", "1"]
+    assert main_guard(run.main)([*base, "--output-dir", str(tmp_path / "a")]) == 0
+    assert main_guard(run.main)([*base, "--output-dir", str(tmp_path / "b")]) == 0  # an unrelated run
+    before = (tmp_path / "b/quadratic/version_0/metrics.json").read_text()
+    ckpt = tmp_path / "a/quadratic/version_0/checkpoints/last.ckpt"
+    assert call_run([*base, "--output-dir", str(tmp_path / "b"), "--resume", str(ckpt)], capsys)[0] == 0
+    assert (tmp_path / "b/quadratic/version_0/metrics.json").read_text() == before  # untouched
+    assert (tmp_path / "b/quadratic/version_1/metrics.json").is_file()

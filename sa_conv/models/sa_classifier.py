@@ -50,10 +50,17 @@ class SAConfig:
     impl: Impl = "auto"
 
     def __post_init__(self) -> None:
-        for name in ("layers", "heads", "hidden", "ffn", "pool", "image_size", "in_channels", "num_classes"):
+        positive = ("layers", "heads", "hidden", "ffn", "pool", "image_size", "in_channels", "num_classes")
+        for name in (*positive, "head_ratio", "conv_kernel"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.conv_kernel % 2 == 0:
+            raise ValueError(f"conv_kernel must be odd, got {self.conv_kernel}")
+        if not isinstance(self.window, int) or self.window < 0:
+            raise ValueError(f"window must be an integer >= 0, got {self.window!r}")
+        if not 0 < self.init_std < float("inf"):
+            raise ValueError(f"init_std must be positive and finite, got {self.init_std}")
         if self.encoding != "none" and self.encoding not in ENCODINGS:
             raise ValueError(
                 f"encoding must be one of {', '.join([*ENCODINGS, 'none'])}, got {self.encoding!r}"
@@ -118,7 +125,7 @@ class SABlock(nn.Module):
                 head_ratio=config.head_ratio,
                 kernel_size=config.conv_kernel,
                 attn_dropout=config.attn_dropout,
-                init_std=config.init_std,
+                init_std=config.init_std if config.init == "bert" else None,
             )
         else:
             self.attention = MultiHeadSelfAttention2d(

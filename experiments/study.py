@@ -228,8 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only and len(entries) != len(set(args.only)):
         unknown = sorted(set(args.only) - {e.name for e in STUDIES[args.scale]})
         raise UserError(f"--only: no entry {', '.join(unknown)} at scale {args.scale}")
-    # run order: the first seed of every entry, then the second seeds
-    order = sorted(((e, s) for e in entries for s in e.seeds), key=lambda es: es[0].seeds.index(es[1]))
+    order = [(e, s) for e in entries for s in e.seeds]  # the entries in order, each with its seeds
     results: dict[tuple[str, int], dict[str, Any]] = {}
     for entry, seed in order:
         metrics = run_entry(entry, seed, args)

@@ -32,7 +32,7 @@ def test_degenerate_heads_are_pruned_and_fine_tuned(tmp_path, capsys):
     argv = [str(forced), "--epochs", "1", "--limit-train-batches", "2", "--output-dir", str(tmp_path / "ft")]
     assert main_guard(prune.main)([*argv, "--json", str(report_path)]) == 0
     report = json.loads(report_path.read_text())
-    assert report["pruned"] == {"1": [2], "2": [0]}
+    assert report["pruned"] == {"1": [3], "2": [1]}  # numbered from 1, as in the figures
     assert report["heads_before"] == [4, 4] and report["heads_after"] == [3, 3]
     assert report["params_before"] - report["params_after"] == 2 * (
         16 * 16 + 2 + 4

@@ -79,16 +79,26 @@ def entry_config(entry: Entry, scale: str, seed: int) -> RunConfig:
     return preset(entry.model, scale).replace(seed=seed, **entry.overrides)
 
 
-def run_entry(entry: Entry, seed: int, args: Any) -> dict[str, Any]:
-    """Train (or resume, or read back) one run; returns its metrics."""
-    config = entry_config(entry, args.scale, seed)
+def finished(entry: Entry, seed: int, args: Any) -> dict[str, Any] | None:
+    """The metrics of the newest finished run of one entry and seed with the study's config, if any."""
+    config = entry_config(entry, args.scale, seed).to_dict()
     root = args.out / "runs" / args.scale / f"{entry.name}-seed{seed}"
     done = sorted(root.glob(f"{entry.model}/version_*/metrics.json"), key=lambda p: int(p.parent.name[8:]))
     for path in reversed(done):
         metrics = json.loads(path.read_text())
-        if not config_difference(metrics["config"], config.to_dict()):
+        if not config_difference(metrics["config"], config):
             print(f"== {entry.name} seed {seed}: finished, {path.parent}", flush=True)
             return metrics
+    return None
+
+
+def run_entry(entry: Entry, seed: int, args: Any) -> dict[str, Any]:
+    """Train (or resume, or read back) one run; returns its metrics."""
+    metrics = finished(entry, seed, args)
+    if metrics is not None:
+        return metrics
+    config = entry_config(entry, args.scale, seed)
+    root = args.out / "runs" / args.scale / f"{entry.name}-seed{seed}"
     found = find_resume("auto", root, config, warn=lambda m: print(m, file=sys.stderr))
     print(f"== {entry.name} seed {seed}: {'resuming' if found else 'training'}", flush=True)
     resume, version = found if found is not None else (None, None)
@@ -147,8 +157,8 @@ def row_of(entry: Entry, seed: int, metrics: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def markdown(rows: list[dict[str, Any]], args: Any) -> str:
-    """The results table and the per-layer locality table."""
+def markdown(rows: list[dict[str, Any]], args: Any, missing: list[str] = ()) -> str:
+    """The results table, the runs not finished, and the per-layer locality table."""
     base = preset("quadratic", args.scale)
     command = f"python -m experiments.study --scale {args.scale}" + (
         f" --data-dir {args.data_dir}" if args.data_dir else ""
@@ -186,6 +196,8 @@ def markdown(rows: list[dict[str, Any]], args: Any) -> str:
             f"{100 * r['test_acc']:.1f} +- {100 * r['test_acc_stderr']:.1f}% | "
             f"{f'{paper[0]}% ({paper[1]}M)' if paper else '-'} |"
         )
+    if missing:
+        lines += ["", "Not finished (no result yet): " + ", ".join(missing) + "."]
     lines += [
         "",
         "Locality per layer at the end of training (interior queries): mean attention distance in token "
@@ -218,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--figures", type=Path, default=Path("figures"))
     parser.add_argument("--only", nargs="+", metavar="NAME", help="a subset of the study's entries")
     parser.add_argument("--no-figures", action="store_true")
+    parser.add_argument(
+        "--report", action="store_true", help="tables and figures of the finished runs; train nothing"
+    )
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     args = parser.parse_args(argv)
     if args.data_dir is not None:
@@ -230,14 +245,22 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"--only: no entry {', '.join(unknown)} at scale {args.scale}")
     order = [(e, s) for e in entries for s in e.seeds]  # the entries in order, each with its seeds
     results: dict[tuple[str, int], dict[str, Any]] = {}
+    missing: list[str] = []
     for entry, seed in order:
-        metrics = run_entry(entry, seed, args)
+        metrics = finished(entry, seed, args) if args.report else run_entry(entry, seed, args)
+        if metrics is None:
+            missing.append(f"{entry.name} seed {seed}" + (f" ({entry.note})" if entry.note else ""))
+            continue
         results[(entry.name, seed)] = row_of(entry, seed, metrics)
         if not args.no_figures and seed == entry.seeds[0] and "layers" in metrics:
             render_figures(metrics, f"{args.scale}_{entry.name}", args)
         rows = [results[(e.name, s)] for e in entries for s in e.seeds if (e.name, s) in results]
         write_json(args.out / f"{args.scale}.json", rows)
-        write_text(args.out / f"{args.scale}.md", markdown(rows, args))
+        write_text(args.out / f"{args.scale}.md", markdown(rows, args, missing))
+    if missing:  # the report lists what is still to run
+        rows = [results[(e.name, s)] for e in entries for s in e.seeds if (e.name, s) in results]
+        write_json(args.out / f"{args.scale}.json", rows)
+        write_text(args.out / f"{args.scale}.md", markdown(rows, args, missing))
     print((args.out / f"{args.scale}.md").read_text())
     return 0
 

@@ -1,0 +1,60 @@
+"""The study driver: runs read back instead of retrained, the report of finished runs, the tables."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from experiments import study
+from experiments.study import Entry, standard_error
+
+
+def test_standard_error_is_binomial() -> None:
+    assert standard_error(0.5, 100) == pytest.approx(0.05)
+    assert standard_error(0.9, 2000) == pytest.approx(math.sqrt(0.09 / 2000))
+    assert standard_error(1.0, 10) == 0.0
+
+
+def test_report_trains_nothing_and_lists_every_unfinished_run(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    code = study.main(["--scale", "small", "--synthetic", "--out", str(out), "--report", "--no-figures"])
+    assert code == 0
+    assert not (out / "runs").exists()  # nothing trained
+    text = (out / "small.md").read_text()
+    for entry in study.STUDIES["small"]:
+        for seed in entry.seeds:
+            assert f"{entry.name} seed {seed}" in text
+    assert "6 epochs (budget)" in text
+    assert json.loads((out / "small.json").read_text()) == []
+
+
+@pytest.mark.slow
+def test_a_finished_run_is_read_back_not_retrained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    quick = {"epochs": 1, "train_subset": None, "val_size": 16, "batch_size": 16}
+    one = (Entry("quadratic", "quadratic", (0,), quick),)
+    monkeypatch.setitem(study.STUDIES, "tiny", one)
+    out = tmp_path / "results"
+    argv = ["--scale", "tiny", "--synthetic", "--synthetic-size", "64", "--out", str(out)]
+    argv += ["--figures", str(tmp_path / "figures")]
+    assert study.main(argv) == 0
+    rows = json.loads((out / "tiny.json").read_text())
+    assert [(r["name"], r["seed"], r["epochs"]) for r in rows] == [("quadratic", 0, 1)]
+    row = rows[0]
+    assert row["test_acc_stderr"] == pytest.approx(standard_error(row["test_acc"], row["n_test_images"]))
+    assert len(row["layers"]) == 2  # the locality of both layers
+    assert (tmp_path / "figures" / "tiny_quadratic_centres.png").stat().st_size > 0
+    versions = sorted((out / "runs" / "tiny" / "quadratic-seed0" / "quadratic").glob("version_*"))
+    assert len(versions) == 1
+    written = (versions[0] / "metrics.json").stat().st_mtime_ns
+
+    assert study.main([*argv, "--no-figures"]) == 0  # read back: no second run folder, the run untouched
+    assert sorted((out / "runs" / "tiny" / "quadratic-seed0" / "quadratic").glob("version_*")) == versions
+    assert (versions[0] / "metrics.json").stat().st_mtime_ns == written
+    assert json.loads((out / "tiny.json").read_text()) == rows
+
+    assert study.main([*argv, "--report", "--no-figures"]) == 0
+    assert json.loads((out / "tiny.json").read_text()) == rows
+    assert "Not finished" not in (out / "tiny.md").read_text()

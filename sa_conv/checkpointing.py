@@ -98,7 +98,7 @@ class InterruptCheckpoint(pl.Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
         if isinstance(exception, SIGTERMException) and trainer.state.fn == TrainerFn.FITTING:
-            trainer.save_checkpoint(self.path)
+            trainer.save_checkpoint(self.path, weights_only=False)  # a full, resumable checkpoint
 
 
 class ResumableRNG(pl.Callback):

@@ -10,6 +10,7 @@ full-width values; for content attention the materialized ``(B, heads, N, N)`` s
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import sys
 from collections.abc import Callable
@@ -19,7 +20,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils import benchmark as tbench
 
 from experiments.cli import ArgumentParser, main_guard
 from sa_conv.attention import MultiHeadSelfAttention2d
@@ -113,6 +113,10 @@ def synchronize(device: torch.device) -> None:
 def time_it(fn: Callable[[], Any], device: torch.device, min_time: float) -> float:
     """Median seconds of ``fn`` (torch.utils.benchmark, blocked autorange)."""
     fn()  # warm-up
+    # imported here, quietly: at import it warns "No CUDA runtime is found" on every CPU machine
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    from torch.utils import benchmark as tbench
+
     timer = tbench.Timer(stmt="fn(); sync()", globals={"fn": fn, "sync": lambda: synchronize(device)})
     return timer.blocked_autorange(min_run_time=min_time).median
 

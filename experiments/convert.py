@@ -9,6 +9,7 @@ python -m experiments.convert --checkpoint SA_CKPT --to-conv [--layers 1,2]     
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -30,13 +31,20 @@ from sa_conv.files import write_json
 from sa_conv.training import hardware
 
 
-def _ints(text: str) -> int | tuple[int, ...]:
-    parts = tuple(int(p) for p in text.split(","))
+def _ints(text: str, *, minimum: int = 1) -> int | tuple[int, ...]:
+    """argparse type: ``K`` or ``Kh,Kw``, each an integer >= ``minimum``."""
+    try:
+        parts = tuple(int(p) for p in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected K or Kh,Kw (integers), got {text!r}") from None
+    if any(p < minimum for p in parts):
+        raise argparse.ArgumentTypeError(f"every value must be >= {minimum}, got {text}")
     return parts[0] if len(parts) == 1 else parts
 
 
 def _padding(text: str) -> str | int | tuple[int, ...]:
-    return text if text in ("same", "valid") else _ints(text)
+    """argparse type: ``same``, ``valid``, ``P`` or ``Ph,Pw`` (>= 0)."""
+    return text if text in ("same", "valid") else _ints(text, minimum=0)
 
 
 def build_parser() -> ArgumentParser:

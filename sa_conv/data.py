@@ -31,6 +31,8 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torchvision.transforms import v2
 
+from sa_conv.files import new_folders_removed_on_error
+
 __all__ = [
     "CIFAR10_CLASSES",
     "CIFAR10_MEAN",
@@ -230,7 +232,8 @@ def load_torchvision(root: Path, split: Split, *, download: bool) -> tuple[Tenso
         "<dir>/train/<class>/*, <dir>/test/<class>/*"
     )
     try:
-        dataset = CIFAR10(str(root), train=split == "train", download=download)
+        with new_folders_removed_on_error(root):  # a failed download leaves no empty folder behind
+            dataset = CIFAR10(str(root), train=split == "train", download=download)
     except (urllib.error.URLError, OSError, TimeoutError) as err:
         reason = getattr(err, "reason", err)
         raise DataError(f"could not download CIFAR-10 into {root} ({reason}): {hint}") from None

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write", "save_png", "write_json", "write_text"]
+__all__ = ["atomic_write", "new_folders_removed_on_error", "save_png", "write_json", "write_text"]
 
 
 def _umask() -> int:
@@ -58,3 +60,24 @@ def save_png(figure: Any, path: str | Path, *, dpi: int = 110) -> None:
     atomic_write(
         path, lambda tmp: figure.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight", pad_inches=0.15)
     )
+
+
+@contextmanager
+def new_folders_removed_on_error(path: str | Path) -> Iterator[None]:
+    """On an exception in the block, remove the folders it made on the way to ``path`` if they hold no file.
+
+    A run that fails before writing anything (bad data, no network) leaves no empty output or download
+    folder behind; one that wrote a checkpoint keeps it.
+    """
+    path = Path(path).absolute()
+    top = None  # the highest folder of the path that does not exist yet
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        top = folder
+    try:
+        yield
+    except BaseException:
+        if top is not None and top.is_dir() and not any(p.is_file() for p in top.rglob("*")):
+            shutil.rmtree(top, ignore_errors=True)
+        raise

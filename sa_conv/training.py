@@ -42,7 +42,7 @@ from sa_conv.checkpointing import (
 )
 from sa_conv.config import coerce, config_from_dict, config_to_dict, field_types
 from sa_conv.data import CIFAR10DataModule, Protocol
-from sa_conv.files import write_json, write_text
+from sa_conv.files import new_folders_removed_on_error, write_json, write_text
 from sa_conv.lit import ImageClassifier, Schedule
 from sa_conv.models import MODELS, model_config
 
@@ -431,8 +431,22 @@ def train(
 
     ``module``: start from these weights instead of fresh ones (fine-tuning). Raises ``RunInterruptedError``
     after SIGTERM / SIGINT (a checkpoint was saved), ``FloatingPointError`` on a NaN loss (the last
-    good checkpoint is kept), ``DataError`` / ``CheckpointError`` / ``ValueError`` on bad input.
+    good checkpoint is kept), ``DataError`` / ``CheckpointError`` / ``ValueError`` on bad input; a run
+    that fails before writing a file leaves no new empty folder behind.
     """
+    with new_folders_removed_on_error(options.output_dir):
+        return _train(config, datamodule, options, resume, version, module, slow_hint)
+
+
+def _train(
+    config: RunConfig,
+    datamodule: CIFAR10DataModule,
+    options: RunOptions,
+    resume: Path | None,
+    version: int | None,
+    module: ImageClassifier | None,
+    slow_hint: str,
+) -> dict[str, Any]:
     _check_output_dir(options.output_dir)
     pl.seed_everything(config.seed, workers=True, verbose=False)
     module = module if module is not None else module_for(config)
@@ -611,6 +625,8 @@ def load_config(path: Path) -> RunConfig:
         raise ValueError(f"config file {path} does not exist") from None
     except IsADirectoryError:
         raise ValueError(f"config file {path} is a directory") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"config file {path} is not a text (YAML) file") from None
     except yaml.YAMLError as err:
         raise ValueError(f"config file {path} is not valid YAML ({str(err).splitlines()[0]})") from None
     if data is None:

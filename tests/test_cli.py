@@ -167,6 +167,7 @@ def test_run_bad_config_files(tmp_path, capsys):
         "typed.yaml": ("model: quadratic\nepochs: three\n", "epochs must be an integer"),
         "list.yaml": ("- 1\n- 2\n", "must be a mapping"),
         "empty.yaml": ("", "is empty"),
+        "binary.yaml": (b"\xab\x00\xff", "is not a text (YAML) file"),
         "nomodel.yaml": ("epochs: 3\n", "needs model"),
         "typed-model.yaml": (
             "model: quadratic\nmodel_config: {dropout: '0.1'}\n",
@@ -174,7 +175,8 @@ def test_run_bad_config_files(tmp_path, capsys):
         ),
     }
     for name, (text, match) in cases.items():
-        (tmp_path / name).write_text(text)
+        path = tmp_path / name
+        path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
         code, _, err = call(run, ["--config", str(tmp_path / name)], capsys)
         assert match in one_line_error(code, err), name
     (tmp_path / "good.yaml").write_text("model: quadratic\n")
@@ -291,7 +293,10 @@ def test_convert_sweep(capsys):
         (["--groups", "3"], "invalid convolution"),
         (["--kernel-size", "9", "--padding", "0", "--size", "4"], "cannot run"),
         (["--batch", "0"], "must be a positive integer"),
-        (["--dilation", "0"], "dilation"),
+        (["--dilation", "0"], "--dilation: every value must be >= 1"),
+        (["--stride", "1,0"], "--stride: every value must be >= 1"),
+        (["--kernel-size", "3,x"], "expected K or Kh,Kw"),
+        (["--padding", "-1"], "--padding: every value must be >= 0"),
         (["--alpha", "inf"], "alpha must be positive and finite"),
         (["--figure", "TMP"], "must be a .png file path"),
     ],

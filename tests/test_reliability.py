@@ -232,6 +232,7 @@ def test_corrupt_and_wrong_size_images_are_named(tmp_path, capsys):
     (root / "train" / "frog" / "1.jpg").write_bytes(b"\xff\xd8 broken")
     code, _, err = call_run(argv, capsys)
     assert "frog/1.jpg" in one_line_error(code, err)
+    assert not (tmp_path / "o").exists()  # nothing written: no empty run folder left behind
     from torchvision.io import encode_jpeg
 
     (root / "train" / "frog" / "1.jpg").write_bytes(
@@ -271,13 +272,33 @@ def test_no_network_for_the_download(tmp_path, capsys, monkeypatch):
     from torchvision.datasets import CIFAR10
 
     def offline(self):
+        Path(self.root).mkdir(parents=True)  # as torchvision does before it connects
         raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
 
     monkeypatch.setattr(CIFAR10, "download", offline)
-    monkeypatch.setattr(cli, "DEFAULT_DATA_DIR", tmp_path / "cifar10")
+    monkeypatch.setattr(cli, "DEFAULT_DATA_DIR", tmp_path / "data" / "cifar10")
     code, _, err = call_run(["quadratic", *TINY[:-5], "--output-dir", str(tmp_path / "o")], capsys)
     line = one_line_error(code, err)
     assert "could not download CIFAR-10" in line and "--data-dir" in line
+    assert sorted(tmp_path.iterdir()) == []  # neither an empty download folder nor an empty run folder
+
+
+def test_new_folders_are_removed_on_error_only_when_empty(tmp_path):
+    from sa_conv.files import new_folders_removed_on_error
+
+    (tmp_path / "old").mkdir()
+    with pytest.raises(RuntimeError), new_folders_removed_on_error(tmp_path / "old" / "a" / "b"):
+        (tmp_path / "old" / "a" / "b").mkdir(parents=True)
+        raise RuntimeError
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["old"]  # the folder that was there stays
+    with pytest.raises(RuntimeError), new_folders_removed_on_error(tmp_path / "new" / "run"):
+        (tmp_path / "new" / "run").mkdir(parents=True)
+        (tmp_path / "new" / "run" / "last.ckpt").write_text("x")
+        raise RuntimeError
+    assert (tmp_path / "new" / "run" / "last.ckpt").is_file()  # a file written: everything kept
+    with new_folders_removed_on_error(tmp_path / "ok"):
+        (tmp_path / "ok").mkdir()
+    assert (tmp_path / "ok").is_dir()  # no error: nothing removed
 
 
 def test_more_devices_than_the_machine_has(capsys):

@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "checkpoint": str(args.checkpoint),
         "model": config.model,
-        "rule": "condition number > 1000 or largest eigenvalue < 1e-5 of the inverse covariance",
+        "rule": "; ".join(dict.fromkeys(e.degenerate_rule for e in backbone.encodings())),
         "pruned": {str(i + 1): [h + 1 for h in heads] for i, heads in pruned.items()},  # layers, heads from 1
         "heads_before": heads_before,
         "params_before": params_before,

@@ -82,6 +82,9 @@ class PositionalEncoding(nn.Module):
         """The key-dependent term for keys ``k (B, heads, N, D)``: ``(B, heads, N, N)``."""
         raise NotImplementedError(f"{type(self).__name__} has no key-dependent term")
 
+    #: the paper's pruning rule for this encoding's heads, in words (None: no rule)
+    degenerate_rule: str | None = None
+
     def degenerate_heads(self) -> Tensor | None:
         """Boolean ``(heads,)`` of heads the paper would prune, or None if the encoding has no rule."""
         return None
@@ -147,6 +150,8 @@ class QuadraticEncoding(PositionalEncoding):
         self.spread.copy_((2 * alpha).sqrt())
         return self
 
+    degenerate_rule = "s^2 < 1e-5 (the isotropic inverse covariance s^2 I)"
+
     def degenerate_heads(self, min_eigenvalue: float = 1e-5) -> Tensor:
         """Boolean ``(heads,)``: the isotropic rule, inverse covariance s^2 I with s^2 < 1e-5."""
         return self.spread.detach().square() < min_eigenvalue
@@ -189,6 +194,8 @@ class GaussianEncoding(PositionalEncoding):
     def inverse_covariance(self) -> Tensor:
         """S_h S_h^T, shape ``(heads, 2, 2)``."""
         return self.scale @ self.scale.transpose(-1, -2)
+
+    degenerate_rule = "condition number > 1000 or largest eigenvalue < 1e-5 of the inverse covariance"
 
     @torch.no_grad()
     def degenerate_heads(self, max_condition: float = 1000.0, min_eigenvalue: float = 1e-5) -> Tensor:

@@ -33,6 +33,7 @@ def test_degenerate_heads_are_pruned_and_fine_tuned(tmp_path, capsys):
     assert main_guard(prune.main)([*argv, "--json", str(report_path)]) == 0
     report = json.loads(report_path.read_text())
     assert report["pruned"] == {"1": [3], "2": [1]}  # numbered from 1, as in the figures
+    assert report["rule"].startswith("condition number > 1000")  # the generalized Gaussian's rule
     assert report["heads_before"] == [4, 4] and report["heads_after"] == [3, 3]
     assert report["params_before"] - report["params_after"] == 2 * (
         16 * 16 + 2 + 4
@@ -47,8 +48,11 @@ def test_degenerate_heads_are_pruned_and_fine_tuned(tmp_path, capsys):
 def test_no_degenerate_head_says_so(tmp_path, capsys):
     path = trained(tmp_path, "quadratic")
     capsys.readouterr()
-    assert main_guard(prune.main)([str(path)]) == 0
+    report_path = tmp_path / "prune.json"
+    assert main_guard(prune.main)([str(path), "--json", str(report_path)]) == 0
     assert "no degenerate head" in capsys.readouterr().out
+    report = json.loads(report_path.read_text())
+    assert report["pruned"] == {} and report["rule"].startswith("s^2 < 1e-5")  # the quadratic's own rule
 
 
 def test_an_encoding_without_a_rule_is_one_line(tmp_path, capsys):

@@ -245,22 +245,25 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"--only: no entry {', '.join(unknown)} at scale {args.scale}")
     order = [(e, s) for e in entries for s in e.seeds]  # the entries in order, each with its seeds
     results: dict[tuple[str, int], dict[str, Any]] = {}
-    missing: list[str] = []
+
+    def label(entry: Entry, seed: int) -> str:
+        return f"{entry.name} seed {seed}" + (f" ({entry.note})" if entry.note else "")
+
+    def write() -> None:  # the finished runs, and every run without a result yet
+        rows = [results[(e.name, s)] for e, s in order if (e.name, s) in results]
+        missing = [label(e, s) for e, s in order if (e.name, s) not in results]
+        write_json(args.out / f"{args.scale}.json", rows)
+        write_text(args.out / f"{args.scale}.md", markdown(rows, args, missing))
+
     for entry, seed in order:
         metrics = finished(entry, seed, args) if args.report else run_entry(entry, seed, args)
         if metrics is None:
-            missing.append(f"{entry.name} seed {seed}" + (f" ({entry.note})" if entry.note else ""))
             continue
         results[(entry.name, seed)] = row_of(entry, seed, metrics)
         if not args.no_figures and seed == entry.seeds[0] and "layers" in metrics:
             render_figures(metrics, f"{args.scale}_{entry.name}", args)
-        rows = [results[(e.name, s)] for e in entries for s in e.seeds if (e.name, s) in results]
-        write_json(args.out / f"{args.scale}.json", rows)
-        write_text(args.out / f"{args.scale}.md", markdown(rows, args, missing))
-    if missing:  # the report lists what is still to run
-        rows = [results[(e.name, s)] for e in entries for s in e.seeds if (e.name, s) in results]
-        write_json(args.out / f"{args.scale}.json", rows)
-        write_text(args.out / f"{args.scale}.md", markdown(rows, args, missing))
+        write()
+    write()
     print((args.out / f"{args.scale}.md").read_text())
     return 0
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,10 +80,15 @@ def entry_config(entry: Entry, scale: str, seed: int) -> RunConfig:
     return preset(entry.model, scale).replace(seed=seed, **entry.overrides)
 
 
+def run_root(entry: Entry, seed: int, args: Any) -> Path:
+    """The folder of one entry and seed's runs."""
+    return args.out / "runs" / args.scale / f"{entry.name}-seed{seed}"
+
+
 def finished(entry: Entry, seed: int, args: Any) -> dict[str, Any] | None:
     """The metrics of the newest finished run of one entry and seed with the study's config, if any."""
     config = entry_config(entry, args.scale, seed).to_dict()
-    root = args.out / "runs" / args.scale / f"{entry.name}-seed{seed}"
+    root = run_root(entry, seed, args)
     done = sorted(root.glob(f"{entry.model}/version_*/metrics.json"), key=lambda p: int(p.parent.name[8:]))
     for path in reversed(done):
         metrics = json.loads(path.read_text())
@@ -98,7 +104,7 @@ def run_entry(entry: Entry, seed: int, args: Any) -> dict[str, Any]:
     if metrics is not None:
         return metrics
     config = entry_config(entry, args.scale, seed)
-    root = args.out / "runs" / args.scale / f"{entry.name}-seed{seed}"
+    root = run_root(entry, seed, args)
     found = find_resume("auto", root, config, warn=lambda m: print(m, file=sys.stderr))
     print(f"== {entry.name} seed {seed}: {'resuming' if found else 'training'}", flush=True)
     resume, version = found if found is not None else (None, None)
@@ -157,7 +163,7 @@ def row_of(entry: Entry, seed: int, metrics: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def markdown(rows: list[dict[str, Any]], args: Any, missing: list[str] = ()) -> str:
+def markdown(rows: list[dict[str, Any]], args: Any, missing: Sequence[str] = ()) -> str:
     """The results table, the runs not finished, and the per-layer locality table."""
     base = preset("quadratic", args.scale)
     command = f"python -m experiments.study --scale {args.scale}" + (

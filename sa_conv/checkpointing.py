@@ -85,7 +85,7 @@ class RunConfigRecord(pl.Callback):
 class InterruptCheckpoint(pl.Callback):
     """Saves ``<dirpath>/<filename>.ckpt`` when the run stops on SIGTERM (or SIGINT, which the run turns
     into SIGTERM): Lightning stops at the end of a step, so the checkpoint resumes exactly. Other errors
-    (a NaN loss) keep the last good checkpoint instead.
+    (a NaN loss) keep the last good checkpoint instead. A fit that completes removes it.
 
     Not Lightning's ``OnExceptionCheckpoint``: with one of those, ``fit(ckpt_path=None)`` silently
     resumes from it whenever the file exists.
@@ -99,6 +99,10 @@ class InterruptCheckpoint(pl.Callback):
     ) -> None:
         if isinstance(exception, SIGTERMException) and trainer.state.fn == TrainerFn.FITTING:
             trainer.save_checkpoint(self.path, weights_only=False)  # a full, resumable checkpoint
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.is_global_zero:
+            self.path.unlink(missing_ok=True)  # the run resumed from it has finished: stale now
 
 
 class ResumableRNG(pl.Callback):

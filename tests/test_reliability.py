@@ -121,6 +121,7 @@ def test_a_signal_saves_a_checkpoint_and_resumes_exactly(straight, tmp_path, mon
     with_callback(monkeypatch, counter)
     assert call_run([*argv, "--resume"], capsys)[0] == 0
     assert_resumed_exactly(straight, tmp_path / "quadratic/version_0", counter, 30 - 13)
+    assert not (tmp_path / "quadratic/version_0/checkpoints/interrupted.ckpt").exists()  # finished: stale
 
 
 def test_a_time_snapshot_resumes_exactly(straight, tmp_path, monkeypatch, capsys):

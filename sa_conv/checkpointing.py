@@ -85,7 +85,8 @@ class RunConfigRecord(pl.Callback):
 class InterruptCheckpoint(pl.Callback):
     """Saves ``<dirpath>/<filename>.ckpt`` when the run stops on SIGTERM (or SIGINT, which the run turns
     into SIGTERM): Lightning stops at the end of a step, so the checkpoint resumes exactly. Other errors
-    (a NaN loss) keep the last good checkpoint instead. A fit that completes removes it.
+    (a NaN loss) keep the last good checkpoint instead. A fit that completes removes it once a later
+    ``last.ckpt`` is written beside it (a smoke test writes none: it stays).
 
     Not Lightning's ``OnExceptionCheckpoint``: with one of those, ``fit(ckpt_path=None)`` silently
     resumes from it whenever the file exists.
@@ -101,8 +102,10 @@ class InterruptCheckpoint(pl.Callback):
             trainer.save_checkpoint(self.path, weights_only=False)  # a full, resumable checkpoint
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.is_global_zero:
-            self.path.unlink(missing_ok=True)  # the run resumed from it has finished: stale now
+        here, last = self.path, self.path.with_name("last.ckpt")
+        stale = here.exists() and last.exists() and last.stat().st_mtime_ns > here.stat().st_mtime_ns
+        if trainer.is_global_zero and stale:  # a later state of the run is saved
+            here.unlink()
 
 
 class ResumableRNG(pl.Callback):

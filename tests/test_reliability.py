@@ -18,7 +18,7 @@ import torch
 import sa_conv.training as training
 from experiments import cli, run
 from experiments.cli import main_guard
-from sa_conv.checkpointing import AtomicCheckpointIO
+from sa_conv.checkpointing import AtomicCheckpointIO, InterruptCheckpoint
 from sa_conv.lit import ImageClassifier
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,6 +122,20 @@ def test_a_signal_saves_a_checkpoint_and_resumes_exactly(straight, tmp_path, mon
     assert call_run([*argv, "--resume"], capsys)[0] == 0
     assert_resumed_exactly(straight, tmp_path / "quadratic/version_0", counter, 30 - 13)
     assert not (tmp_path / "quadratic/version_0/checkpoints/interrupted.ckpt").exists()  # finished: stale
+
+
+def test_the_interrupt_checkpoint_goes_only_once_a_later_last_checkpoint_exists(tmp_path):
+    callback = InterruptCheckpoint(dirpath=tmp_path)
+    trainer = type("Trainer", (), {"is_global_zero": True})()
+    interrupted, last = tmp_path / "interrupted.ckpt", tmp_path / "last.ckpt"
+    last.write_bytes(b"epoch end")
+    interrupted.write_bytes(b"signal")
+    os.utime(last, ns=(1_000, 1_000))  # last.ckpt older: a fit that saved nothing (a smoke test)
+    callback.on_fit_end(trainer, None)
+    assert interrupted.exists()
+    os.utime(last, ns=(interrupted.stat().st_mtime_ns + 1,) * 2)  # a later epoch end was saved
+    callback.on_fit_end(trainer, None)
+    assert not interrupted.exists() and last.exists()
 
 
 def test_a_time_snapshot_resumes_exactly(straight, tmp_path, monkeypatch, capsys):

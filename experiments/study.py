@@ -250,14 +250,18 @@ def main(argv: list[str] | None = None) -> int:
         unknown = sorted(set(args.only) - {e.name for e in STUDIES[args.scale]})
         raise UserError(f"--only: no entry {', '.join(unknown)} at scale {args.scale}")
     order = [(e, s) for e in entries for s in e.seeds]  # the entries in order, each with its seeds
+    table = [(e, s) for e in STUDIES[args.scale] for s in e.seeds]  # the tables cover every entry
     results: dict[tuple[str, int], dict[str, Any]] = {}
+    for entry, seed in table:  # entries left out by --only: their finished runs, read back
+        if entry not in entries and (metrics := finished(entry, seed, args)) is not None:
+            results[(entry.name, seed)] = row_of(entry, seed, metrics)
 
     def label(entry: Entry, seed: int) -> str:
         return f"{entry.name} seed {seed}" + (f" ({entry.note})" if entry.note else "")
 
     def write() -> None:  # the finished runs, and every run without a result yet
-        rows = [results[(e.name, s)] for e, s in order if (e.name, s) in results]
-        missing = [label(e, s) for e, s in order if (e.name, s) not in results]
+        rows = [results[(e.name, s)] for e, s in table if (e.name, s) in results]
+        missing = [label(e, s) for e, s in table if (e.name, s) not in results]
         write_json(args.out / f"{args.scale}.json", rows)
         write_text(args.out / f"{args.scale}.md", markdown(rows, args, missing))
 

@@ -58,3 +58,53 @@ def test_a_finished_run_is_read_back_not_retrained(tmp_path: Path, monkeypatch: 
     assert study.main([*argv, "--report", "--no-figures"]) == 0
     assert json.loads((out / "tiny.json").read_text()) == rows
     assert "Not finished" not in (out / "tiny.md").read_text()
+
+
+@pytest.mark.parametrize("report", [True, False], ids=["report", "train"])
+def test_an_only_run_keeps_the_other_entries_finished_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, report: bool
+) -> None:
+    """``--only NAME`` rewrites the whole scale's tables: the other entries' finished runs stay."""
+    entries = study.STUDIES["small"]
+    done = {(e.name, s): i for i, (e, s) in enumerate((e, s) for e in entries for s in e.seeds)}
+    only = entries[2].name
+
+    def metrics(entry: Entry, seed: int) -> dict[str, object]:
+        i = done[(entry.name, seed)]
+        return {
+            "protocol": "holdout",
+            "config": {"epochs": 15},
+            "params": 1000 + i,
+            "flops_per_image": 1e9,
+            "test_acc": 0.5 + i / 100,
+            "n_test_images": 2000,
+            "train_images_per_s": 100.0,
+            "train_step_seconds": 60.0,
+            "run_dir": f"/runs/{entry.name}-{seed}",
+        }
+
+    def fake_finished(entry: Entry, seed: int, args: object) -> dict[str, object] | None:
+        return None if entry.name == only and not report else metrics(entry, seed)  # only yet to train
+
+    trained = []
+
+    def fake_run(entry: Entry, seed: int, args: object) -> dict[str, object]:
+        trained.append((entry.name, seed))
+        return {**metrics(entry, seed), "test_acc": 0.99}
+
+    monkeypatch.setattr(study, "finished", fake_finished)
+    monkeypatch.setattr(study, "run_entry", fake_run)
+    out = tmp_path / "results"
+    argv = ["--scale", "small", "--synthetic", "--out", str(out), "--only", only, "--no-figures"]
+    assert study.main(argv + (["--report"] if report else [])) == 0
+
+    rows = json.loads((out / "small.json").read_text())
+    assert [(r["name"], r["seed"]) for r in rows] == list(done)  # every entry, in the study's order
+    assert trained == ([] if report else [(only, s) for s in entries[2].seeds])
+    for r in rows:
+        i = done[(r["name"], r["seed"])]
+        expected = 0.99 if (r["name"] == only and not report) else 0.5 + i / 100
+        assert r["test_acc"] == pytest.approx(expected)
+    text = (out / "small.md").read_text()
+    assert "Not finished" not in text
+    assert sum(line.startswith("| ") for line in text.splitlines()) == 2 + len(done)

@@ -5,7 +5,9 @@ python -m experiments.figures CKPT [--out figures/] [--name NAME] [--query ROW C
 
 The centre plot and the locality-over-training plot come from the run's own locality history (kept in
 its checkpoints). Positional-only models need no image; content models average over ``--images`` test
-images of the checkpoint's own data (or ``--data-dir``).
+images of the checkpoint's own data (or ``--data-dir``). ``<name>_locality.json`` holds the locality
+scalars and, per layer and head, the shift of its peak from the query and how constant it is over the
+interior queries and images (1: the head follows the query like one tap of a convolution).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from sa_conv.callbacks import figures_of
 from sa_conv.checkpointing import read_checkpoint
 from sa_conv.files import save_png, write_json
 from sa_conv.lit import ImageClassifier
+from sa_conv.metrics import head_table, interior_queries
 
 
 def build_parser() -> ArgumentParser:
@@ -85,7 +88,11 @@ def main(argv: list[str] | None = None) -> int:
         path = args.out / f"{name}_{tag.split('/', 1)[1]}.png"
         save_png(value, path)
         written.append(path)
-    write_json(args.out / f"{name}_locality.json", scalars)
+    with torch.no_grad():  # per head: where its peak sits relative to the query, and how constantly
+        maps = backbone.attention_maps(images)  # per layer (B|1, heads, N, N)
+    queries = interior_queries(side, side, side // 4)
+    heads = {f"layer{i + 1}": head_table(m, side, side, queries=queries) for i, m in enumerate(maps)}
+    write_json(args.out / f"{name}_locality.json", {**scalars, "heads": heads})
     for path in [*written, args.out / f"{name}_locality.json"]:
         print(path)
     return 0

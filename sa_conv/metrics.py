@@ -14,7 +14,15 @@ from torch import Tensor
 
 from sa_conv.encodings import relative_shifts
 
-__all__ = ["SHARP_MASS", "Locality", "gaussian_alpha", "interior_queries", "locality"]
+__all__ = [
+    "SHARP_MASS",
+    "Locality",
+    "gaussian_alpha",
+    "head_table",
+    "interior_queries",
+    "locality",
+    "peak_shift",
+]
 
 SHARP_MASS = 0.5  # a head with >= half of its mass on one pixel attends like one tap of a convolution
 
@@ -84,3 +92,53 @@ def locality(
         return t.mean(dim=(0, 2)).float()
 
     return Locality(mean(mean_distance), mean(radius), mean(entropy), mean(spread), mean(peak))
+
+
+def peak_shift(
+    probs: Tensor, height: int, width: int, *, queries: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Each head's most frequent peak shift and how constant it is, over queries (and images).
+
+    Returns ``shift`` ``(heads, 2)`` as (dy, dx), the shift key - query of the most attended pixel
+    that occurs most often over the (image, query) pairs, and ``constancy`` ``(heads,)``, the fraction
+    of those pairs whose most attended pixel sits at that shift. A head whose peak follows the query at
+    a fixed offset, like one tap of a convolution, has constancy 1; on ties the lower shift code wins.
+    """
+    if probs.ndim != 4 or probs.shape[-1] != height * width or probs.shape[-2] != height * width:
+        raise ValueError(
+            f"probs must be (B, heads, {height * width}, {height * width}), got {tuple(probs.shape)}"
+        )
+    p = probs.detach()
+    delta = relative_shifts(height, width, p.device)  # (N, N, 2)
+    if queries is not None:
+        p = p[:, :, queries.to(p.device)]  # (B, heads, Q, N)
+        delta = delta[queries.to(p.device)]  # (Q, N, 2)
+    top = p.argmax(-1)  # (B, heads, Q): the most attended key of each query
+    q = torch.arange(delta.shape[0], device=p.device)
+    shifts = delta[q, top]  # (B, heads, Q, 2)
+    codes = (shifts[..., 0] + height) * (2 * width + 1) + shifts[..., 1] + width  # one integer per shift
+    codes = codes.transpose(0, 1).flatten(1)  # (heads, B * Q)
+    counts = torch.zeros(codes.shape[0], (2 * height + 1) * (2 * width + 1), device=p.device)
+    counts.scatter_add_(1, codes, torch.ones_like(codes, dtype=counts.dtype))  # (heads, codes)
+    best = counts.argmax(-1)  # (heads,): the first of the most frequent codes
+    constancy = counts.gather(1, best[:, None]).squeeze(1) / codes.shape[1]
+    shift = torch.stack([best // (2 * width + 1) - height, best % (2 * width + 1) - width], dim=-1)
+    return shift, constancy
+
+
+def head_table(
+    probs: Tensor, height: int, width: int, *, queries: Tensor | None = None
+) -> list[dict[str, float | list[int]]]:
+    """One row per head: mean distance, peak mass, sharp, peak shift and its constancy (a JSON record)."""
+    m = locality(probs, height, width, queries=queries)
+    shift, constancy = peak_shift(probs, height, width, queries=queries)
+    return [
+        {
+            "mean_distance": float(m.mean_distance[h]),
+            "peak_mass": float(m.peak_mass[h]),
+            "sharp": bool(m.sharp[h]),
+            "peak_shift": [int(v) for v in shift[h]],
+            "shift_constancy": float(constancy[h]),
+        }
+        for h in range(len(constancy))
+    ]

@@ -19,7 +19,7 @@ from sa_conv.callbacks import figures_of, layer_summary
 from sa_conv.checkpointing import read_checkpoint
 from sa_conv.encodings import QuadraticEncoding
 from sa_conv.lit import ImageClassifier
-from sa_conv.metrics import gaussian_alpha, interior_queries, locality
+from sa_conv.metrics import gaussian_alpha, head_table, interior_queries, locality, peak_shift
 from sa_conv.viz import (
     attention_grid,
     centre_plot,
@@ -64,6 +64,41 @@ def test_peak_mass_of_a_gaussian_head():
     expected = 1 / torch.exp(-2 * (d[:, None] ** 2 + d[None] ** 2)).sum()
     assert m.peak_mass.item() == pytest.approx(expected.item(), rel=1e-4)
     assert gaussian_alpha(torch.eye(2) * 4).item() == pytest.approx(2.0)  # A = s^2 I, alpha = s^2 / 2
+
+
+def test_peak_shift_equals_a_literal_count_over_images_and_queries():
+    """The most frequent peak shift (ties: the lowest) and its share, against a count by hand."""
+    torch.manual_seed(0)
+    height, width = 4, 5
+    logits = torch.randn(3, 4, height * width, height * width)
+    logits[:, :2] = logits[:, :2].round()  # ties between keys and between shifts
+    probs = logits.softmax(-1)
+    queries = interior_queries(height, width, 1)
+    shift, constancy = peak_shift(probs, height, width, queries=queries)
+    for h in range(probs.shape[1]):
+        counts: dict[tuple[int, int], int] = {}
+        for b in range(probs.shape[0]):
+            for q in queries.tolist():
+                k = int(probs[b, h, q].argmax())
+                d = (k // width - q // width, k % width - q % width)
+                counts[d] = counts.get(d, 0) + 1
+        best = min(counts, key=lambda d: (-counts[d], d))
+        assert shift[h].tolist() == list(best)
+        assert constancy[h].item() == pytest.approx(counts[best] / (probs.shape[0] * len(queries)))
+
+
+def test_a_head_that_follows_the_query_is_constant_and_a_fixed_pixel_is_not():
+    enc = QuadraticEncoding(1).set_(torch.tensor([[-1.0, 2.0]]), 1000.0)
+    follows = enc.logits(8, 8).softmax(-1)[None]  # one-hot on query + (-1, 2)
+    fixed = torch.zeros(1, 1, 64, 64)
+    fixed[..., 27] = 1.0  # every query attends to pixel (3, 3)
+    queries = interior_queries(8, 8, 2)  # 16 queries
+    shift, constancy = peak_shift(torch.cat([follows, fixed], dim=1), 8, 8, queries=queries)
+    assert shift[0].tolist() == [-1, 2] and constancy[0].item() == 1.0
+    assert constancy[1].item() == pytest.approx(1 / 16)
+    rows = head_table(torch.cat([follows, fixed], dim=1), 8, 8, queries=queries)
+    assert rows[0]["peak_shift"] == [-1, 2] and rows[0]["shift_constancy"] == 1.0 and rows[0]["sharp"]
+    assert rows[0]["mean_distance"] == pytest.approx(math.sqrt(5), abs=1e-6)
 
 
 def test_mass_levels():
@@ -256,6 +291,16 @@ def test_figures_cli_renders_pngs_without_data_for_a_positional_model(logged_run
     assert expected | {"quadratic_locality.png", "quadratic_locality_over_training.png"} <= names
     scalars = json.loads((tmp_path / "quadratic_locality.json").read_text())
     assert 0 <= scalars["locality/layer1/sharp_fraction"] <= 1
+    # a quadratic head peaks on the pixel nearest its centre, at every interior query where that is inside
+    backbone = ImageClassifier.from_checkpoint(read_checkpoint(ckpt)).backbone
+    queries = [divmod(q, 16) for q in interior_queries(16, 16, 4).tolist()]  # (row, col)
+    for i, rows in enumerate(scalars["heads"].values()):
+        shifts = backbone.blocks[i].attention.encoding.centres.detach().round().int().tolist()  # (dy, dx)
+        assert [r["peak_shift"] for r in rows] == shifts
+        inside = [
+            sum(0 <= y + dy < 16 and 0 <= x + dx < 16 for y, x in queries) / len(queries) for dy, dx in shifts
+        ]
+        assert [r["shift_constancy"] for r in rows] == pytest.approx(inside)
 
 
 @pytest.mark.parametrize(

@@ -88,8 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         path = args.out / f"{name}_{tag.split('/', 1)[1]}.png"
         save_png(value, path)
         written.append(path)
-    with torch.no_grad():  # per head: where its peak sits relative to the query, and how constantly
-        maps = backbone.attention_maps(images)  # per layer (B|1, heads, N, N)
+    maps = backbone.attention_maps(images)  # per layer (B|1, heads, N, N): per head, where its peak sits
     queries = interior_queries(side, side, side // 4)
     heads = {f"layer{i + 1}": head_table(m, side, side, queries=queries) for i, m in enumerate(maps)}
     write_json(args.out / f"{name}_locality.json", {**scalars, "heads": heads})

@@ -62,7 +62,7 @@ STUDIES: dict[str, tuple[Entry, ...]] = {
         Entry("learned", "learned", (0, 1)),
         Entry("resnet18", "resnet18", (0,)),
         Entry("gaussian", "gaussian", (0,)),
-        # content attention is ~7x slower per image: the largest budget that fits in about two hours
+        # content attention is ~6x slower per image: the largest budget that fits in about two hours
         Entry("learned-content", "learned-content", (0,), {"epochs": 6}, note="6 epochs (budget), not 15"),
     ),
     "paper": tuple(Entry(m, m) for m in ("resnet18", "quadratic", "gaussian", "learned", "learned-content")),

@@ -102,7 +102,9 @@ def peak_shift(
     Returns ``shift`` ``(heads, 2)`` as (dy, dx), the shift key - query of the most attended pixel
     that occurs most often over the (image, query) pairs, and ``constancy`` ``(heads,)``, the fraction
     of those pairs whose most attended pixel sits at that shift. A head whose peak follows the query at
-    a fixed offset, like one tap of a convolution, has constancy 1; on ties the lower shift code wins.
+    a fixed offset, like one tap of a convolution, has constancy 1. Ties between shifts go to the smallest
+    (dy, dx) in lexicographic order, ties between keys to the first key in row-major order: for a head
+    without a peak (peak mass ~ 1/N) the shift says nothing.
     """
     if probs.ndim != 4 or probs.shape[-1] != height * width or probs.shape[-2] != height * width:
         raise ValueError(
@@ -113,10 +115,12 @@ def peak_shift(
     if queries is not None:
         p = p[:, :, queries.to(p.device)]  # (B, heads, Q, N)
         delta = delta[queries.to(p.device)]  # (Q, N, 2)
+    if p.shape[0] == 0 or p.shape[2] == 0:
+        raise ValueError(f"no (image, query) pair to count: probs {tuple(probs.shape)}, {p.shape[2]} queries")
     top = p.argmax(-1)  # (B, heads, Q): the most attended key of each query
     q = torch.arange(delta.shape[0], device=p.device)
     shifts = delta[q, top]  # (B, heads, Q, 2)
-    codes = (shifts[..., 0] + height) * (2 * width + 1) + shifts[..., 1] + width  # one integer per shift
+    codes = (shifts[..., 0] + height) * (2 * width + 1) + shifts[..., 1] + width  # (B, heads, Q), ordered
     codes = codes.transpose(0, 1).flatten(1)  # (heads, B * Q)
     counts = torch.zeros(codes.shape[0], (2 * height + 1) * (2 * width + 1), device=p.device)
     counts.scatter_add_(1, codes, torch.ones_like(codes, dtype=counts.dtype))  # (heads, codes)
@@ -128,7 +132,7 @@ def peak_shift(
 
 def head_table(
     probs: Tensor, height: int, width: int, *, queries: Tensor | None = None
-) -> list[dict[str, float | list[int]]]:
+) -> list[dict[str, float | bool | list[int]]]:
     """One row per head: mean distance, peak mass, sharp, peak shift and its constancy (a JSON record)."""
     m = locality(probs, height, width, queries=queries)
     shift, constancy = peak_shift(probs, height, width, queries=queries)

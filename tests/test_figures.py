@@ -71,20 +71,23 @@ def test_peak_shift_equals_a_literal_count_over_images_and_queries():
     torch.manual_seed(0)
     height, width = 4, 5
     logits = torch.randn(3, 4, height * width, height * width)
-    logits[:, :2] = logits[:, :2].round()  # ties between keys and between shifts
+    logits[:, :2] = logits[:, :2].round()  # ties between keys
     probs = logits.softmax(-1)
-    queries = interior_queries(height, width, 1)
-    shift, constancy = peak_shift(probs, height, width, queries=queries)
-    for h in range(probs.shape[1]):
-        counts: dict[tuple[int, int], int] = {}
-        for b in range(probs.shape[0]):
-            for q in queries.tolist():
-                k = int(probs[b, h, q].argmax())
-                d = (k // width - q // width, k % width - q % width)
-                counts[d] = counts.get(d, 0) + 1
-        best = min(counts, key=lambda d: (-counts[d], d))
-        assert shift[h].tolist() == list(best)
-        assert constancy[h].item() == pytest.approx(counts[best] / (probs.shape[0] * len(queries)))
+    for queries in (interior_queries(height, width, 1), None):
+        shift, constancy = peak_shift(probs, height, width, queries=queries)
+        rows = queries.tolist() if queries is not None else list(range(height * width))
+        for h in range(probs.shape[1]):
+            counts: dict[tuple[int, int], int] = {}
+            for b in range(probs.shape[0]):
+                for q in rows:
+                    k = int(probs[b, h, q].argmax())
+                    d = (k // width - q // width, k % width - q % width)
+                    counts[d] = counts.get(d, 0) + 1
+            best = min(counts, key=lambda d: (-counts[d], d))  # ties between shifts: the smallest
+            assert shift[h].tolist() == list(best)
+            assert constancy[h].item() == pytest.approx(counts[best] / (probs.shape[0] * len(rows)))
+    with pytest.raises(ValueError, match="no \\(image, query\\) pair"):
+        peak_shift(probs, height, width, queries=torch.tensor([], dtype=torch.long))
 
 
 def test_a_head_that_follows_the_query_is_constant_and_a_fixed_pixel_is_not():
@@ -96,6 +99,7 @@ def test_a_head_that_follows_the_query_is_constant_and_a_fixed_pixel_is_not():
     shift, constancy = peak_shift(torch.cat([follows, fixed], dim=1), 8, 8, queries=queries)
     assert shift[0].tolist() == [-1, 2] and constancy[0].item() == 1.0
     assert constancy[1].item() == pytest.approx(1 / 16)
+    assert shift[1].tolist() == [-2, -2]  # 16 shifts once each: the smallest wins
     rows = head_table(torch.cat([follows, fixed], dim=1), 8, 8, queries=queries)
     assert rows[0]["peak_shift"] == [-1, 2] and rows[0]["shift_constancy"] == 1.0 and rows[0]["sharp"]
     assert rows[0]["mean_distance"] == pytest.approx(math.sqrt(5), abs=1e-6)
@@ -294,7 +298,8 @@ def test_figures_cli_renders_pngs_without_data_for_a_positional_model(logged_run
     # a quadratic head peaks on the pixel nearest its centre, at every interior query where that is inside
     backbone = ImageClassifier.from_checkpoint(read_checkpoint(ckpt)).backbone
     queries = [divmod(q, 16) for q in interior_queries(16, 16, 4).tolist()]  # (row, col)
-    for i, rows in enumerate(scalars["heads"].values()):
+    for i in range(2):
+        rows = scalars["heads"][f"layer{i + 1}"]
         shifts = backbone.blocks[i].attention.encoding.centres.detach().round().int().tolist()  # (dy, dx)
         assert [r["peak_shift"] for r in rows] == shifts
         inside = [

@@ -83,10 +83,14 @@ def test_an_only_run_keeps_the_other_entries_finished_rows(
             "run_dir": f"/runs/{entry.name}-{seed}",
         }
 
-    def fake_finished(entry: Entry, seed: int, args: object) -> dict[str, object] | None:
-        return None if entry.name == only and not report else metrics(entry, seed)  # only yet to train
+    unfinished = entries[-1].name  # another entry without a result: listed as not finished
 
-    trained = []
+    def fake_finished(entry: Entry, seed: int, args: object) -> dict[str, object] | None:
+        if entry.name == unfinished or (entry.name == only and not report):  # only: yet to train
+            return None
+        return metrics(entry, seed)
+
+    trained: list[tuple[str, int]] = []
 
     def fake_run(entry: Entry, seed: int, args: object) -> dict[str, object]:
         trained.append((entry.name, seed))
@@ -99,12 +103,13 @@ def test_an_only_run_keeps_the_other_entries_finished_rows(
     assert study.main(argv + (["--report"] if report else [])) == 0
 
     rows = json.loads((out / "small.json").read_text())
-    assert [(r["name"], r["seed"]) for r in rows] == list(done)  # every entry, in the study's order
+    expected_rows = [key for key in done if key[0] != unfinished]  # every finished entry, in order
+    assert [(r["name"], r["seed"]) for r in rows] == expected_rows
     assert trained == ([] if report else [(only, s) for s in entries[2].seeds])
     for r in rows:
         i = done[(r["name"], r["seed"])]
         expected = 0.99 if (r["name"] == only and not report) else 0.5 + i / 100
         assert r["test_acc"] == pytest.approx(expected)
     text = (out / "small.md").read_text()
-    assert "Not finished" not in text
-    assert sum(line.startswith("| ") for line in text.splitlines()) == 2 + len(done)
+    assert f"Not finished (no result yet): {unfinished} seed 0" in text
+    assert sum(line.startswith("| ") for line in text.splitlines()) == 2 + len(expected_rows)

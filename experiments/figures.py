@@ -26,11 +26,11 @@ from experiments.cli import (
     main_guard,
     positive_int,
 )
-from sa_conv.callbacks import figures_of
+from sa_conv.callbacks import attention_maps_of, figures_of_maps, locality_queries
 from sa_conv.checkpointing import read_checkpoint
 from sa_conv.files import save_png, write_json
 from sa_conv.lit import ImageClassifier
-from sa_conv.metrics import head_table, interior_queries
+from sa_conv.metrics import head_table
 
 
 def build_parser() -> ArgumentParser:
@@ -81,15 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     written, scalars = [], {}
     query = tuple(args.query) if args.query else None
-    for tag, value in figures_of(backbone, images, query=query, history=history_of(ckpt), name=name):
+    maps = attention_maps_of(backbone, images)  # per layer (B|1, heads, N, N): the figures and the table
+    for tag, value in figures_of_maps(maps, side, query=query, history=history_of(ckpt), name=name):
         if isinstance(value, float):
             scalars[tag] = value
             continue
         path = args.out / f"{name}_{tag.split('/', 1)[1]}.png"
         save_png(value, path)
         written.append(path)
-    maps = backbone.attention_maps(images)  # per layer (B|1, heads, N, N): per head, where its peak sits
-    queries = interior_queries(side, side, side // 4)
+    queries = locality_queries(side)  # per head: where its peak sits, how constantly
     heads = {f"layer{i + 1}": head_table(m, side, side, queries=queries) for i, m in enumerate(maps)}
     write_json(args.out / f"{name}_locality.json", {**scalars, "heads": heads})
     for path in [*written, args.out / f"{name}_locality.json"]:

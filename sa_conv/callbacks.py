@@ -20,8 +20,11 @@ from sa_conv.viz import attention_grid, centre_plot, layer_heads, locality_over_
 __all__ = [
     "AttentionFigures",
     "TrainingProgress",
+    "attention_maps_of",
     "figures_of",
+    "figures_of_maps",
     "layer_summary",
+    "locality_queries",
     "locality_snapshot",
 ]
 
@@ -163,15 +166,26 @@ def _side(backbone: nn.Module) -> int:
     return backbone.config.grid
 
 
+def locality_queries(side: int) -> Tensor:
+    """The queries every locality number averages over: those at least a quarter of the grid from a border."""
+    return interior_queries(side, side, side // 4)
+
+
+def attention_maps_of(backbone: nn.Module, images: Tensor) -> list[Tensor]:
+    """Per layer ``(B|1, heads, N, N)`` attention probabilities in eval mode; the backbone's mode is kept."""
+    was_training = backbone.training
+    backbone.eval()
+    maps = backbone.attention_maps(images)  # no_grad inside
+    backbone.train(was_training)
+    return maps
+
+
 def locality_snapshot(backbone: nn.Module, images: Tensor, step: int) -> dict[str, Any]:
     """The locality of every layer now: per head mean distance and peak mass (interior queries), and
     for Gaussian heads their centres and inverse covariances. Plain lists (checkpoint- and JSON-ready)."""
-    was_training = backbone.training
-    backbone.eval()
-    maps = backbone.attention_maps(images)  # per layer (B|1, heads, N, N)
-    backbone.train(was_training)
+    maps = attention_maps_of(backbone, images)  # per layer (B|1, heads, N, N)
     side = _side(backbone)
-    queries = interior_queries(side, side, side // 4)
+    queries = locality_queries(side)
     layers = []
     encodings = backbone.encodings() if hasattr(backbone, "encodings") else [None] * len(maps)
     for probs, encoding in zip(maps, encodings, strict=True):
@@ -328,15 +342,22 @@ def figures_of(
     The centre plot and the locality-over-training plot are drawn from ``history`` (the run's own
     snapshots) and need at least one (two) of them.
     """
-    was_training = backbone.training
-    backbone.eval()
-    with torch.no_grad():
-        maps = backbone.attention_maps(images)  # per layer (B|1, heads, N, N)
-    backbone.train(was_training)
-    side = _side(backbone)
+    maps = attention_maps_of(backbone, images)
+    return figures_of_maps(maps, _side(backbone), query=query, history=history, name=name)
+
+
+def figures_of_maps(
+    maps: list[Tensor],
+    side: int,
+    *,
+    query: tuple[int, int] | None = None,
+    history: list[dict[str, Any]] | None = None,
+    name: str = "",
+) -> list[tuple[str, Figure | float]]:
+    """``figures_of`` from attention maps already computed: per layer ``(B|1, heads, N, N)``, N = side^2."""
     query = query or (side // 2, side // 2)
     prefix = f"{name}: " if name else ""
-    averaged = f", mean of {len(images)} images" if maps[0].shape[0] > 1 else ""
+    averaged = f", mean of {maps[0].shape[0]} images" if maps[0].shape[0] > 1 else ""
     out: list[tuple[str, Figure | float]] = []
     for i, m in enumerate(maps):
         title = f"{prefix}layer {i + 1}, query {query}{averaged}"
@@ -348,7 +369,7 @@ def figures_of(
         single = [m[:1] for m in maps]
         title = f"{prefix}query {query}, one image"
         out.append(("attention/grid_single_image", attention_grid(single, side, side, query, title=title)))
-    queries = interior_queries(side, side, side // 4)
+    queries = locality_queries(side)
     metrics = [locality(m, side, side, queries=queries) for m in maps]
     for i, metric in enumerate(metrics):
         out.append((f"locality/layer{i + 1}/mean_distance", float(metric.mean_distance.mean())))

@@ -5,7 +5,9 @@
 
 Writes ``<out>/<scale>.md`` and ``<out>/<scale>.json`` after every run; runs live under
 ``<out>/runs/<scale>/<name>-seed<k>/``. A finished run (its ``metrics.json`` exists) is read back, an
-unfinished one resumes from its newest checkpoint, so a killed study continues where it was.
+unfinished one resumes from its newest checkpoint, so a killed study continues where it was. A row of
+the committed ``<scale>.json`` whose run is not here (another machine's, an earlier clone's) is kept,
+marked as not re-checked: the tables never lose results they cannot rebuild.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from experiments.presets import SCALES, preset
 from sa_conv.callbacks import figures_of, layer_summary
 from sa_conv.checkpointing import read_checkpoint
 from sa_conv.files import save_png, write_json, write_text
+from sa_conv.flops import analytic_flops
 from sa_conv.lit import ImageClassifier
+from sa_conv.models import model_config
 from sa_conv.training import (
     RunConfig,
     RunOptions,
@@ -64,6 +68,11 @@ STUDIES: dict[str, tuple[Entry, ...]] = {
         Entry("gaussian", "gaussian", (0,)),
         # content attention is ~6x slower per image: the largest budget that fits in about two hours
         Entry("learned-content", "learned-content", (0,), {"epochs": 6}, note="6 epochs (budget), not 15"),
+    ),
+    "small6": (
+        Entry("quadratic", "quadratic", (0, 1)),
+        Entry("quadratic-16heads", "quadratic", (0, 1), {"model_config": {"heads": 16}}),
+        Entry("learned", "learned", (0,)),
     ),
     "paper": tuple(Entry(m, m) for m in ("resnet18", "quadratic", "gaussian", "learned", "learned-content")),
 }
@@ -138,8 +147,24 @@ def standard_error(accuracy: float, n: int) -> float:
     return math.sqrt(max(accuracy * (1 - accuracy), 0.0) / max(n, 1))
 
 
+def flops_of(config: RunConfig) -> dict[str, int]:
+    """GFLOP columns of a run: its training step (forward + backward, the trained path) and evaluation."""
+    family = model_config(config.model, **config.model_config)
+    return {
+        "train_flops_per_image": analytic_flops(config.model, family, training=True),
+        "eval_flops_per_image": analytic_flops(config.model, family, training=False, passes="forward"),
+    }
+
+
+def locality_curve(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run's locality record, per recorded step and layer (``layer_summary`` of each snapshot)."""
+    return [{"step": s["step"], "layers": layer_summary(s)} for s in history]
+
+
 def row_of(entry: Entry, seed: int, metrics: dict[str, Any]) -> dict[str, Any]:
     """One row of the study's JSON."""
+    config = RunConfig.from_dict(metrics["config"])
+    history = metrics.get("locality_history") or []
     return {
         "name": entry.name,
         "model": entry.model,
@@ -147,8 +172,11 @@ def row_of(entry: Entry, seed: int, metrics: dict[str, Any]) -> dict[str, Any]:
         "note": entry.note,
         "protocol": metrics["protocol"],
         "epochs": metrics["config"]["epochs"],
+        "layers_count": config.model_config.get("layers"),
+        "heads": config.model_config.get("heads"),
+        "precision": metrics.get("precision", "32-true"),
         "params": metrics["params"],
-        "flops_per_image": metrics["flops_per_image"],
+        **flops_of(config),
         "test_acc": metrics["test_acc"],
         "test_acc_stderr": standard_error(metrics["test_acc"], metrics["n_test_images"]),
         "n_test_images": metrics["n_test_images"],
@@ -158,9 +186,32 @@ def row_of(entry: Entry, seed: int, metrics: dict[str, Any]) -> dict[str, Any]:
         or metrics["n_train_images"] * metrics["epochs_completed"] / max(metrics["train_images_per_s"], 1e-9),
         "train_images_per_s": metrics["train_images_per_s"],
         # recomputed from the run's own record, so that a summary added later applies to finished runs
-        "layers": layer_summary(metrics["locality_history"][-1]) if metrics.get("locality_history") else [],
+        "layers": layer_summary(history[-1]) if history else [],
+        "locality_history": locality_curve(history),
+        "epochs_history": metrics.get("history", []),
         "run_dir": metrics["run_dir"],
+        "rechecked": True,
     }
+
+
+def committed_rows(path: Path, table: Sequence[tuple[Entry, int]], scale: str) -> dict[tuple[str, int], Any]:
+    """The rows of a committed results JSON for the study's entries, marked as not re-checked here, with
+    their FLOP columns recomputed from the entry's config (the committed count may predate its fix)."""
+    if not path.is_file():
+        return {}
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise UserError(f"{path} is not a readable results JSON; move it away to rebuild it") from None
+    entries = {(e.name, s): e for e, s in table}
+    kept = {}
+    for row in rows if isinstance(rows, list) else []:
+        key = (row.get("name"), row.get("seed"))
+        if key in entries:
+            config = entry_config(entries[key], scale, key[1])
+            row = {k: v for k, v in row.items() if k != "flops_per_image"}
+            kept[key] = {**row, **flops_of(config), "rechecked": False}
+    return kept
 
 
 def markdown(rows: list[dict[str, Any]], args: Any, missing: Sequence[str] = ()) -> str:
@@ -189,15 +240,22 @@ def markdown(rows: list[dict[str, Any]], args: Any, missing: Sequence[str] = ())
         budget,
         machine,
         "",
-        "| model | seed | params | GFLOPs/image | steps (min) | images/s | test acc | paper acc (params) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "GFLOP per image: the training step (forward + backward, on the path training takes) and "
+        "evaluation (forward). Rows marked * come from the committed table: their runs are not here to "
+        "re-check.",
+        "",
+        "| model | seed | precision | params | GFLOP train step / eval | steps (min) | images/s | test acc "
+        "| paper acc (params) |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in rows:
         paper = PAPER_TABLE.get(r["name"])
         note = f" ({r['note']})" if r["note"] else ""
+        mark = "" if r.get("rechecked", True) else "*"
         lines.append(
-            f"| {r['name']}{note} | {r['seed']} | {r['params'] / 1e6:.3f}M | "
-            f"{r['flops_per_image'] / 1e9:.3f} | "
+            f"| {r['name']}{note}{mark} | {r['seed']} | {r.get('precision', '32-true')} | "
+            f"{r['params'] / 1e6:.3f}M | "
+            f"{r['train_flops_per_image'] / 1e9:.3f} / {r['eval_flops_per_image'] / 1e9:.3f} | "
             f"{r['train_time_s'] / 60:.0f} | {r['train_images_per_s']:.0f} | "
             f"{100 * r['test_acc']:.1f} +- {100 * r['test_acc_stderr']:.1f}% | "
             f"{f'{paper[0]}% ({paper[1]}M)' if paper else '-'} |"
@@ -235,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("results"))
     parser.add_argument("--figures", type=Path, default=Path("figures"))
     parser.add_argument("--only", nargs="+", metavar="NAME", help="a subset of the study's entries")
+    parser.add_argument("--seeds", nargs="+", type=int, metavar="K", help="only these seeds of each entry")
     parser.add_argument("--no-figures", action="store_true")
     parser.add_argument(
         "--report", action="store_true", help="tables and figures of the finished runs; train nothing"
@@ -249,9 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.only and len(entries) != len(set(args.only)):
         unknown = sorted(set(args.only) - {e.name for e in STUDIES[args.scale]})
         raise UserError(f"--only: no entry {', '.join(unknown)} at scale {args.scale}")
-    order = [(e, s) for e in entries for s in e.seeds]  # the entries in order, each with its seeds
+    order = [(e, s) for e in entries for s in e.seeds if not args.seeds or s in args.seeds]
     table = [(e, s) for e in STUDIES[args.scale] for s in e.seeds]  # the tables cover every entry
-    results: dict[tuple[str, int], dict[str, Any]] = {}
+    results = committed_rows(args.out / f"{args.scale}.json", table, args.scale)
     for entry, seed in table:  # entries left out by --only: their finished runs, read back
         if entry not in entries and (metrics := finished(entry, seed, args)) is not None:
             results[(entry.name, seed)] = row_of(entry, seed, metrics)

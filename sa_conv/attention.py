@@ -33,6 +33,7 @@ Computations (``impl``):
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Literal
 
@@ -136,7 +137,7 @@ class MultiHeadSelfAttention2d(nn.Module):
         bias = self._bias(q, k, h, w, dtype)  # (1|B, heads, N, N) or None
         if not self.content:
             return bias
-        with torch.autocast(x.device.type, enabled=False):  # the logits in the softmax dtype
+        with no_autocast(x.device):  # the logits in the softmax dtype
             logits = (q.to(dtype) / math.sqrt(self.dim)) @ k.to(dtype).transpose(-1, -2)  # (B, heads, N, N)
         return logits if bias is None else logits.add_(bias)  # in place: one pass over (B, heads, N, N)
 
@@ -173,7 +174,7 @@ class MultiHeadSelfAttention2d(nn.Module):
             bias = self._bias(q, k, h, w, dtype)  # (1|B, heads, N, N) or None
             v = x.reshape(b, 1, h * w, d).expand(b, self.heads, h * w, d)  # (B, heads, N, D)
             p = self.attn_dropout.p if self.training else 0.0
-            with torch.autocast(x.device.type, enabled=False):
+            with no_autocast(x.device):
                 if self.content:
                     heads_out = F.scaled_dot_product_attention(
                         q.to(dtype), k.to(dtype), v.to(dtype), attn_mask=bias, dropout_p=p
@@ -221,7 +222,7 @@ class MultiHeadSelfAttention2d(nn.Module):
         weight = self.proj.weight
         if not x.is_floating_point():
             raise ValueError(f"x must be a floating-point tensor, got {x.dtype}")
-        if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
+        if x.dtype != weight.dtype and not autocast_enabled(x.device):
             raise ValueError(
                 f"x is {x.dtype} but the layer's weights are {weight.dtype}: cast one to the other "
                 f"(x.to({weight.dtype}) or layer.to({x.dtype})), or run under torch.autocast"
@@ -231,14 +232,14 @@ class MultiHeadSelfAttention2d(nn.Module):
 
     def _positional(self, h: int, w: int, device: torch.device, dtype: torch.dtype) -> Tensor:
         """The encoding's logits ``(heads, N, N)`` in ``dtype``, outside any autocast."""
-        with torch.autocast(device.type, enabled=False):
+        with no_autocast(device):
             return self.encoding.logits(h, w).to(dtype)
 
     def _positional_axes(
         self, h: int, w: int, device: torch.device, dtype: torch.dtype
     ) -> tuple[Tensor, Tensor]:
         """The separable encoding's row and column logits in ``dtype``, outside any autocast."""
-        with torch.autocast(device.type, enabled=False):
+        with no_autocast(device):
             row, col = self.encoding.axis_logits(h, w)
             return row.to(dtype), col.to(dtype)
 
@@ -254,7 +255,7 @@ class MultiHeadSelfAttention2d(nn.Module):
             return None
         device = q.device if q is not None else k.device
         bias = self._positional(h, w, device, dtype).unsqueeze(0)  # (1, heads, N, N)
-        with torch.autocast(device.type, enabled=False):  # the logits in the softmax dtype
+        with no_autocast(device):  # the logits in the softmax dtype
             if self.query_term:
                 bias = self.encoding.query_logits(q.to(dtype), h, w).add_(bias)  # (B, heads, N, N)
             if self.key_term:
@@ -273,6 +274,18 @@ class MultiHeadSelfAttention2d(nn.Module):
             f"content={self.content}, query_term={self.query_term}, key_term={self.key_term}, "
             f"impl={self._impl}"
         )
+
+
+def autocast_enabled(device: torch.device) -> bool:
+    """Whether autocast is on for ``device`` (devices without autocast, e.g. meta: never)."""
+    return torch.amp.is_autocast_available(device.type) and torch.is_autocast_enabled(device.type)
+
+
+def no_autocast(device: torch.device) -> contextlib.AbstractContextManager:
+    """A block outside autocast on ``device`` (nothing to leave on devices without autocast)."""
+    if torch.amp.is_autocast_available(device.type):
+        return torch.autocast(device.type, enabled=False)
+    return contextlib.nullcontext()
 
 
 def _softmax_dtype(x: Tensor) -> torch.dtype:

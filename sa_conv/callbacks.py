@@ -14,7 +14,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 from torch import Tensor, nn
 
-from sa_conv.metrics import SHARP_MASS, gaussian_alpha, interior_queries, locality
+from sa_conv.metrics import SHARP_MASS, gaussian_alpha, interior_queries, locality, peak_shift
 from sa_conv.viz import attention_grid, centre_plot, layer_heads, locality_over_training, locality_summary
 
 __all__ = [
@@ -190,7 +190,12 @@ def locality_snapshot(backbone: nn.Module, images: Tensor, step: int) -> dict[st
     encodings = backbone.encodings() if hasattr(backbone, "encodings") else [None] * len(maps)
     for probs, encoding in zip(maps, encodings, strict=True):
         m = locality(probs, side, side, queries=queries)
-        layer: dict[str, Any] = {"mean_distance": m.mean_distance.tolist(), "peak_mass": m.peak_mass.tolist()}
+        shift, _ = peak_shift(probs, side, side, queries=queries)
+        layer: dict[str, Any] = {
+            "mean_distance": m.mean_distance.tolist(),
+            "peak_mass": m.peak_mass.tolist(),
+            "peak_shift": shift.tolist(),  # each head's most frequent most-attended shift (dy, dx)
+        }
         gaussians = encoding.head_gaussians() if encoding is not None else None
         if gaussians is not None:
             layer["centres"] = gaussians[0].float().cpu().tolist()
@@ -201,20 +206,25 @@ def locality_snapshot(backbone: nn.Module, images: Tensor, step: int) -> dict[st
 
 def layer_summary(snapshot: dict[str, Any]) -> list[dict[str, float]]:
     """Per layer: mean attention distance, number of sharp heads (>= 0.5 of their mass on one pixel),
-    the heads' mean mass on one pixel (conv-likeness), and for Gaussian heads the median alpha and the
-    number of distinct taps (rounded centres) among the sharp heads."""
+    the number of distinct taps among them (their peak shifts; rounded centres in records that predate
+    them), the heads' mean mass on one pixel (conv-likeness), and for Gaussian heads the median alpha."""
     out = []
     for layer in snapshot["layers"]:
+        sharp = torch.tensor(layer["peak_mass"]) >= SHARP_MASS
         row = {
             "mean_distance": sum(layer["mean_distance"]) / len(layer["mean_distance"]),
-            "sharp_heads": sum(p >= SHARP_MASS for p in layer["peak_mass"]),
+            "sharp_heads": int(sharp.sum()),
             "heads": len(layer["peak_mass"]),
             "conv_likeness": sum(layer["peak_mass"]) / len(layer["peak_mass"]),
         }
+        shifts = layer.get("peak_shift")
+        if shifts is None and "centres" in layer:
+            shifts = torch.tensor(layer["centres"]).round().tolist()
+        if shifts is not None:
+            taps = torch.tensor(shifts, dtype=torch.float64).reshape(-1, 2)[sharp]
+            row["sharp_distinct_taps"] = len(torch.unique(taps, dim=0)) if len(taps) else 0
         if "inverse_covariance" in layer:
             row["median_alpha"] = float(gaussian_alpha(torch.tensor(layer["inverse_covariance"])).median())
-            taps = torch.tensor(layer["centres"]).round()[torch.tensor(layer["peak_mass"]) >= SHARP_MASS]
-            row["sharp_distinct_taps"] = len(torch.unique(taps, dim=0)) if len(taps) else 0
         out.append(row)
     return out
 

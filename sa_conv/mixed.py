@@ -78,24 +78,29 @@ class MixedAttention2d(nn.Module):
 
     def probabilities(self, x: Tensor) -> Tensor:
         """Attention probabilities of the self-attention heads ``(B, n, N, N)``."""
-        q, k = self._heads(self.query(x)), self._heads(self.key(x))
+        return self._probabilities(self.query(x), x)
+
+    def _probabilities(self, query: Tensor, x: Tensor) -> Tensor:
+        q, k = self._heads(query), self._heads(self.key(x))
         logits = q @ k.transpose(-1, -2) / math.sqrt(self.head_size)  # (B, n, N, N)
         return logits.to(torch.promote_types(logits.dtype, torch.float32)).softmax(-1)  # float32 softmax
 
-    def span_kernel_context(self, x: Tensor) -> Tensor:
+    def span_kernel_context(self, x: Tensor, query: Tensor | None = None) -> Tensor:
         """``Ks * Q`` in ``(B, width, H, W)``: what the dynamic kernels are predicted from."""
+        query = self.query(x) if query is None else query  # (B, H, W, width)
         ks = self.key_pointwise(self.key_depthwise(x.permute(0, 3, 1, 2)))  # (B, width, H, W)
-        return ks * self.query(x).permute(0, 3, 1, 2)
+        return ks * query.permute(0, 3, 1, 2)
 
     def forward(self, x: Tensor, return_attention: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """``(B, H, W, dim)`` -> ``(B, H, W, out_dim)`` [, attention probabilities ``(B, n, N, N)``]."""
         if x.ndim != 4 or x.shape[-1] != self.dim:
             raise ValueError(f"x must be (B, H, W, {self.dim}), got shape {tuple(x.shape)}")
         b, h, w, _ = x.shape
-        probs = self.probabilities(x)  # (B, n, N, N)
+        query = self.query(x)  # (B, H, W, width): the attention heads' queries and the kernels' context
+        probs = self._probabilities(query, x)  # (B, n, N, N)
         attended = self.attn_dropout(probs) @ self._heads(self.value(x))  # (B, n, N, hs)
         attended = attended.transpose(1, 2).reshape(b, h, w, -1)  # (B, H, W, width)
         values = self.conv_value(x).permute(0, 3, 1, 2)  # (B, width, H, W)
-        convolved = self.conv(values, context=self.span_kernel_context(x)).permute(0, 2, 3, 1)
+        convolved = self.conv(values, context=self.span_kernel_context(x, query)).permute(0, 2, 3, 1)
         y = torch.cat([attended, convolved], dim=-1)  # (B, H, W, 2 * width)
         return (y, probs) if return_attention else y

@@ -3,13 +3,16 @@
 When a head's logit is a row term plus a column term, its softmax over the (ky, kx) key grid is the
 outer product of a row softmax ``R_h (H, H)`` and a column softmax ``C_h (W, W)``:
 ``P_h[(i, j), (k, l)] = R_h[i, k] C_h[j, l]``. Head h's output ``Z_h = P_h X`` then costs two small
-matrix products, O(N (H + W) D), and the layer's output is ``y = sum_h Z_h W_h^T + b`` with ``W_h``
-head h's ``(out, D)`` block of the projection.
+matrix products, O(N (H + W) D), and the layer's output is ``y = [Z_1 .. Z_heads] W^T + b``.
 
-Autograd would keep every ``Z_h`` (the ``(B, N, heads * D)`` concatenation) for the projection's
-backward. ``Z_h`` is cheap to recompute, so this Function keeps only ``x`` and recomputes ``Z_h``
-head by head in backward: activation memory O(B N D) instead of O(B N heads D), the same large
-matrix products as autograd.
+Autograd would keep the ``(B, N, heads * D)`` concatenation of the ``Z_h`` for the projection's
+backward. It is cheap to recompute, so this Function keeps only ``x`` and recomputes it in backward:
+saved activation memory O(B N D) instead of O(B N heads D). Each pass builds the concatenation once
+as a transient buffer, so that the projection and its two gradients are one large matrix product each.
+
+Under autocast every product runs in the autocast dtype (inputs cast once, accumulation inside the
+matrix products in float32, as ``nn.Linear`` does); the softmax factors arrive in float32 and are
+rounded once. Gradients of ``row``, ``col`` and ``weight`` come back in their own dtype.
 """
 
 from __future__ import annotations
@@ -34,61 +37,64 @@ def _mix(x: Tensor, row: Tensor, col: Tensor) -> tuple[Tensor, Tensor]:
     return t.reshape(b, h, w, d), z.reshape(b, h, w, d)
 
 
+def _heads(x: Tensor, row: Tensor, col: Tensor) -> tuple[Tensor, list[Tensor]]:
+    """Every head's output concatenated ``(B*N, heads * D)``, and each head's ``t = C_h x``."""
+    b, h, w, d = x.shape
+    heads = row.shape[0]
+    cat = x.new_empty(b * h * w, heads, d)  # (B*N, heads, D)
+    ts = []
+    for head in range(heads):
+        t, z = _mix(x, row[head], col[head])  # (B, H, W, D) each
+        cat[:, head] = z.reshape(b * h * w, d)
+        ts.append(t)
+    return cat.reshape(b * h * w, heads * d), ts
+
+
+def _compute_dtype(x: Tensor) -> torch.dtype:
+    device = x.device.type
+    enabled = torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)
+    return torch.get_autocast_dtype(device) if enabled else x.dtype
+
+
 class _SeparableAttentionProjection(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, row: Tensor, col: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         # x (B, H, W, D), row (heads, H, H), col (heads, W, W), weight (O, heads * D), bias (O,)
-        x = x.contiguous()
-        b, h, w, d = x.shape
-        heads, out = row.shape[0], weight.shape[0]
-        device = x.device.type
-        autocast = torch.is_autocast_enabled(device)
-        y = None
-        for head in range(heads):
-            _, z = _mix(x, row[head], col[head])  # (B, H, W, D)
-            z, w_h = z.reshape(b * h * w, d), weight[:, head * d : (head + 1) * d]  # (B*N, D), (O, D)
-            if autocast:  # products in the autocast dtype, the sum over heads in float32
-                part = (z @ w_h.T).float()
-                y = part if y is None else y + part
-            elif y is None:
-                y = z @ w_h.T if bias is None else torch.addmm(bias, z, w_h.T)  # (B*N, O)
-            else:
-                y.addmm_(z, w_h.T)
-        if autocast and bias is not None:
-            y = y + bias
-        ctx.autocast = (autocast, torch.get_autocast_dtype(device), device)
+        dtype = _compute_dtype(x)
+        b, h, w, _ = x.shape
+        xc, rc, cc, wc = (t.to(dtype).contiguous() for t in (x, row, col, weight))
+        cat, _ = _heads(xc, rc, cc)  # (B*N, heads * D)
+        y = cat @ wc.T if bias is None else torch.addmm(bias.to(dtype), cat, wc.T)  # (B*N, O)
+        ctx.dtype = dtype
         ctx.save_for_backward(x, row, col, weight)
         ctx.has_bias = bias is not None
-        return y.reshape(b, h, w, out)
+        return y.reshape(b, h, w, weight.shape[0])
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         x, row, col, weight = ctx.saved_tensors
-        enabled, dtype, device = ctx.autocast
+        dtype = ctx.dtype
         b, h, w, d = x.shape
         heads, out = row.shape[0], weight.shape[0]
-        g = grad.contiguous().reshape(b * h * w, out)  # (B*N, O)
-        gx = torch.zeros_like(x, memory_format=torch.contiguous_format)
+        xc, rc, cc, wc = (t.to(dtype).contiguous() for t in (x, row, col, weight))
+        g = grad.reshape(b * h * w, out).to(dtype)  # (B*N, O)
+        cat, ts = _heads(xc, rc, cc)  # recomputed: (B*N, heads * D) and per head (B, H, W, D)
+        gweight = (g.T @ cat).to(weight.dtype)  # (O, heads * D)
+        del cat
+        gcat = (g @ wc).reshape(b, h, w, heads, d)  # (B, H, W, heads, D)
+        gx = torch.zeros(b * h, w, d, dtype=torch.promote_types(x.dtype, dtype), device=x.device)
         grow, gcol = torch.empty_like(row), torch.empty_like(col)
-        gweight = torch.empty_like(weight)
-        with torch.autocast(device, dtype=dtype, enabled=enabled):
-            for head in range(heads):
-                w_h = weight[:, head * d : (head + 1) * d]  # (O, D)
-                t, z = _mix(x, row[head], col[head])  # recomputed, (B, H, W, D) each
-                gweight[:, head * d : (head + 1) * d] = g.T @ z.reshape(b * h * w, d)  # (O, D)
-                gz = (g @ w_h).reshape(b, h, w * d)  # (B, H, W*D)
-                # z = R t: dR = sum_b gz_b t_b^T, dt = R^T gz
-                grow[head] = torch.bmm(gz, t.reshape(b, h, w * d).transpose(1, 2)).sum(0)
-                gt = torch.bmm(row[head].T.expand(b, h, h), gz).reshape(b * h, w, d)  # (B*H, W, D)
-                # t = C x (per row): dC = sum_{b,i} gt x^T, dx = C^T gt
-                gcol[head] = torch.bmm(gt, x.reshape(b * h, w, d).transpose(1, 2)).sum(0)
-                gx_rows = gx.view(b * h, w, d)
-                if enabled:
-                    gx_rows += torch.bmm(col[head].T.expand(b * h, w, w), gt)
-                else:
-                    gx_rows.baddbmm_(col[head].T.expand(b * h, w, w), gt)
-        gbias = g.sum(0) if ctx.has_bias else None
-        return gx, grow, gcol, gweight, gbias
+        for head in range(heads):
+            gz = gcat[:, :, :, head].reshape(b, h, w * d)  # (B, H, W*D)
+            t = ts[head].reshape(b, h, w * d)
+            # z = R t: dR = sum_b gz_b t_b^T, dt = R^T gz
+            grow[head] = torch.bmm(gz, t.transpose(1, 2)).sum(0, dtype=torch.float32)
+            gt = torch.bmm(rc[head].T.expand(b, h, h), gz).reshape(b * h, w, d)  # (B*H, W, D)
+            # t = C x (per row): dC = sum_{b,i} gt x^T, dx = C^T gt
+            gcol[head] = torch.bmm(gt, xc.reshape(b * h, w, d).transpose(1, 2)).sum(0, dtype=torch.float32)
+            gx += torch.bmm(cc[head].T.expand(b * h, w, w), gt)
+        gbias = g.sum(0, dtype=torch.float32).to(weight.dtype) if ctx.has_bias else None
+        return gx.reshape(b, h, w, d).to(x.dtype), grow, gcol, gweight, gbias
 
 
 def separable_attention_projection(

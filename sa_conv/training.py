@@ -27,7 +27,6 @@ import yaml
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, ThroughputMonitor
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
-from torch.utils.flop_counter import FlopCounterMode
 
 from sa_conv import __version__
 from sa_conv.callbacks import AttentionFigures, TrainingProgress, layer_summary
@@ -43,7 +42,9 @@ from sa_conv.checkpointing import (
 from sa_conv.config import coerce, config_from_dict, config_to_dict, field_types
 from sa_conv.data import CIFAR10DataModule, Protocol
 from sa_conv.files import new_folders_removed_on_error, write_json, write_text
+from sa_conv.flops import counted_flops
 from sa_conv.lit import ImageClassifier, Schedule
+from sa_conv.machine import PRECISIONS, cpu_has_native_bf16, hardware, resolve_precision
 from sa_conv.models import MODELS, model_config
 
 __all__ = [
@@ -53,12 +54,9 @@ __all__ = [
     "RunOptions",
     "config_difference",
     "find_resume",
-    "flops_per_image",
     "hardware",
     "train",
 ]
-
-PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,7 +84,7 @@ class RunConfig:
     train_subset: int | None = None  # train on the first N images of the training split
     augment: bool = True  # random crop 32 (padding 4) and horizontal flip
     limit_train_batches: int | float | None = None  # Lightning: batches (int) or fraction (float) per epoch
-    precision: str = "auto"  # auto: bf16-mixed on a GPU, 32-true on a CPU
+    precision: str = "auto"  # auto: bf16-mixed on a GPU or a CPU with native bf16, else 32-true
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -220,44 +218,6 @@ class RunInterruptedError(RuntimeError):
         self.run_dir, self.checkpoint, self.step, self.signal = run_dir, checkpoint, step, signal
 
 
-def hardware() -> dict[str, Any]:
-    """The machine a number came from."""
-    import os
-    import platform
-
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        names = [
-            line.split(":", 1)[1].strip()
-            for line in cpuinfo.read_text().splitlines()
-            if line.startswith("model name")
-        ]
-        cpu = names[0] if names else cpu
-    info: dict[str, Any] = {
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "platform": platform.platform(),
-    }
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-        info["gpu_count"] = torch.cuda.device_count()
-    return info
-
-
-def flops_per_image(model: torch.nn.Module) -> int:
-    """Forward FLOPs of one 32x32 image as the model computes it in eval mode (matmuls and einsums)."""
-    was_training = model.training
-    model.eval()
-    counter = FlopCounterMode(display=False)
-    with counter, torch.no_grad():
-        model(torch.zeros(1, 3, 32, 32, device=next(model.parameters()).device))
-    model.train(was_training)
-    return counter.get_total_flops()
-
-
 def config_difference(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     """``name=stored (now: wanted)`` for every option that differs, model options by their own name."""
 
@@ -270,6 +230,8 @@ def config_difference(stored: dict[str, Any], wanted: dict[str, Any]) -> list[st
     with contextlib.suppress(ValueError, TypeError):
         stored = RunConfig.from_dict(stored).to_dict()
     a, b = flat(stored), flat(wanted)
+    if b.get("precision") == "auto":  # auto asks for whatever precision the run resolved to
+        b["precision"] = a.get("precision")
     return [f"{k}={a.get(k)!r} (now: {b.get(k)!r})" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
@@ -397,12 +359,22 @@ def module_for(config: RunConfig) -> ImageClassifier:
     )
 
 
-def resolved_precision(config: RunConfig, accelerator: str) -> str:
-    """``auto`` -> bf16-mixed on a GPU, 32-true on a CPU."""
-    if config.precision != "auto":
-        return config.precision
-    gpu = torch.cuda.is_available() and accelerator not in ("cpu",)
-    return "bf16-mixed" if gpu else "32-true"
+def settle_precision(config: RunConfig, accelerator: str, stored: dict[str, Any] | None = None) -> RunConfig:
+    """The config with its precision decided: a resumed run keeps its own (``stored``, its checkpoint's
+    config) whatever this machine would pick; a new run resolves ``auto`` for this machine."""
+    if stored is None or config.precision != "auto":
+        return config.replace(precision=resolve_precision(config.precision, accelerator))
+    precision = stored.get("precision", "auto")
+    if precision == "auto":  # written before runs recorded their precision: auto meant bf16 on GPUs only
+        precision = "bf16-mixed" if torch.cuda.is_available() and accelerator != "cpu" else "32-true"
+    gpu = torch.cuda.is_available() and accelerator != "cpu"
+    if precision == "bf16-mixed" and not gpu and not cpu_has_native_bf16():
+        print(
+            "warning: this run trains in bf16-mixed (its checkpoints' precision) and this CPU has no native "
+            "bf16: it will be several times slower here",
+            file=sys.stderr,
+        )
+    return config.replace(precision=precision)
 
 
 def _check_output_dir(path: Path) -> None:
@@ -452,9 +424,12 @@ def _train(
     module = module if module is not None else module_for(config)
     backbone = module.backbone
     n_params = sum(p.numel() for p in backbone.parameters())
-    flops = flops_per_image(backbone)
-    module.flops_per_batch = 3 * flops * config.batch_size  # forward + backward ~ 3x forward (MFU)
-    precision = resolved_precision(config, options.accelerator)
+    train_flops = counted_flops(backbone, training=True, batch=config.batch_size)  # the trained path
+    eval_flops = counted_flops(backbone, training=False, passes="forward", batch=config.batch_size)
+    module.flops_per_batch = train_flops * config.batch_size  # Lightning's ThroughputMonitor
+    stored = run_config_of(read_checkpoint(resume)) if resume is not None else None
+    config = settle_precision(config, options.accelerator, stored)
+    precision = config.precision
     logger = TensorBoardLogger(
         save_dir=str(options.output_dir), name=config.model, version=version, default_hp_metric=False
     )
@@ -512,6 +487,7 @@ def _train(
         max_time=options.max_time,
         fast_dev_run=options.fast_dev_run,
         log_every_n_steps=10,
+        enable_model_summary=False,  # our own line says parameters and FLOPs (Lightning's counts 0 FLOPs)
         enable_progress_bar=not lines,
         default_root_dir=str(run_dir),  # Lightning's SLURM requeue checkpoints (hpc_ckpt_N.ckpt) go here
         use_distributed_sampler=False,  # the data module shards every split across ranks itself
@@ -522,8 +498,8 @@ def _train(
             write_text(run_dir / "config.yaml", yaml.safe_dump(config.to_dict(), sort_keys=False))
         print(f"sa-conv {__version__} | model {config.model} | scale {config.scale} | run dir {run_dir}")
         print(
-            f"parameters: {n_params:,} | forward FLOPs per image: {flops / 1e9:.3f} GFLOP | "
-            f"precision {precision}"
+            f"parameters: {n_params:,} | GFLOP per image: {train_flops / 1e9:.3f} training step "
+            f"(forward + backward), {eval_flops / 1e9:.3f} evaluation (forward) | precision {precision}"
         )
         if resume is not None:
             print(f"resuming from {resume}")
@@ -573,7 +549,8 @@ def _train(
         "protocol": config.protocol,
         "config": config.to_dict(),
         "params": n_params,
-        "flops_per_image": flops,
+        "train_flops_per_image": train_flops,  # the trained path, forward + backward
+        "eval_flops_per_image": eval_flops,  # the evaluation path, forward
         **test,
         "n_train_images": len(datamodule.train_set),
         "n_val_images": len(datamodule.val_set) if config.protocol == "clean" else 0,
@@ -583,7 +560,7 @@ def _train(
         "wall_time_s": wall,  # of this process (a resumed run: since the resume)
         "train_step_seconds": step_seconds,  # forward, backward and update, over the whole run
         "train_images_per_s": images_per_s,
-        "train_tflops": 3 * flops * images_per_s / 1e12,  # forward + backward ~ 3x forward
+        "train_tflops": train_flops * images_per_s / 1e12,
         "history": history,
         "best_checkpoint": best_path,
         "precision": precision,

@@ -72,10 +72,9 @@ def test_an_only_run_keeps_the_other_entries_finished_rows(
     def metrics(entry: Entry, seed: int) -> dict[str, object]:
         i = done[(entry.name, seed)]
         return {
-            "protocol": "holdout",
-            "config": {"epochs": 15},
+            "protocol": "clean",
+            "config": study.entry_config(entry, "small", seed).to_dict(),
             "params": 1000 + i,
-            "flops_per_image": 1e9,
             "test_acc": 0.5 + i / 100,
             "n_test_images": 2000,
             "train_images_per_s": 100.0,
@@ -113,3 +112,35 @@ def test_an_only_run_keeps_the_other_entries_finished_rows(
     text = (out / "small.md").read_text()
     assert f"Not finished (no result yet): {unfinished} seed 0" in text
     assert sum(line.startswith("| ") for line in text.splitlines()) == 2 + len(expected_rows)
+
+
+def test_report_without_runs_keeps_the_committed_rows(tmp_path: Path) -> None:
+    """A fresh clone has no run folders: --report must not replace the committed results with nothing."""
+    out = tmp_path / "results"
+    out.mkdir()
+    committed = [
+        {
+            "name": "quadratic",
+            "model": "quadratic",
+            "seed": 1,
+            "note": "",
+            "test_acc": 0.7135,
+            "test_acc_stderr": 0.0101,
+            "params": 117376,
+            "flops_per_image": 44434688,  # an undercount from before the counter's fix
+            "train_time_s": 3000.0,
+            "train_images_per_s": 200.0,
+            "layers": [],
+        }
+    ]
+    (out / "small.json").write_text(json.dumps(committed))
+    argv = ["--scale", "small", "--synthetic", "--out", str(out), "--report", "--no-figures"]
+    assert study.main(argv) == 0
+    rows = json.loads((out / "small.json").read_text())
+    assert [(r["name"], r["seed"], r["test_acc"]) for r in rows] == [("quadratic", 1, 0.7135)]
+    assert rows[0]["rechecked"] is False and "flops_per_image" not in rows[0]
+    expected = study.flops_of(study.entry_config(study.STUDIES["small"][0], "small", 1))
+    assert rows[0]["train_flops_per_image"] == expected["train_flops_per_image"] > 44434688
+    text = (out / "small.md").read_text()
+    assert "| quadratic* | 1 |" in text and "71.4 +- 1.0%" in text
+    assert "quadratic seed 0" in text  # still listed as not finished

@@ -1,0 +1,89 @@
+"""Facts about the machine a run or a number comes from: what it is, what it computes natively.
+
+No Lightning here: the command-line programs import this without paying for it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = [
+    "PRECISIONS",
+    "cpu_flags",
+    "cpu_has_native_bf16",
+    "cpu_name",
+    "hardware",
+    "resolve_precision",
+]
+
+PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed")
+# x86: AVX-512 BF16 or AMX-BF16; aarch64: the Armv8.6 BF16 extension (the kernel's "bf16" feature)
+_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def _cpuinfo() -> list[str]:
+    path = Path("/proc/cpuinfo")
+    try:
+        return path.read_text().splitlines() if path.is_file() else []
+    except OSError:
+        return []
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux), else what ``platform`` knows."""
+    for line in _cpuinfo():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as the kernel lists them (``flags`` on x86, ``Features`` on Arm)."""
+    for line in _cpuinfo():
+        if line.startswith(("flags", "Features")):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bfloat16 products natively (AVX-512 BF16, AMX, Arm BF16)."""
+    flags = cpu_flags()
+    if flags:
+        return bool(flags & _BF16_FLAGS)
+    # no /proc/cpuinfo (macOS, Windows): ask PyTorch's own probe (private; no public one exists)
+    probe = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
+    return bool(probe()) if probe is not None else False
+
+
+def _uses_gpu(accelerator: str) -> bool:
+    return accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+
+
+def resolve_precision(precision: str, accelerator: str) -> str:
+    """``auto`` -> ``bf16-mixed`` on a GPU or a CPU with native bf16, ``32-true`` elsewhere."""
+    if precision != "auto":
+        return precision
+    if _uses_gpu(accelerator):
+        return "bf16-mixed"
+    return "bf16-mixed" if cpu_has_native_bf16() else "32-true"
+
+
+def hardware() -> dict[str, Any]:
+    """The machine a number came from."""
+    info: dict[str, Any] = {
+        "cpu": cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "cpu_native_bf16": cpu_has_native_bf16(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+    }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["gpu_count"] = torch.cuda.device_count()
+    return info

@@ -1,0 +1,74 @@
+"""Precision ``auto``: bf16 where the CPU computes it natively, recorded by the run, kept on resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+import sa_conv.machine as machine
+from experiments import run
+from experiments.cli import main_guard
+from sa_conv.checkpointing import read_checkpoint, run_config_of
+from sa_conv.training import RunConfig, config_difference, settle_precision
+
+QUICK = ["quadratic", "--scale", "tiny", "--layers", "1", "--hidden", "16", "--heads", "2", "--ffn", "16"]
+QUICK += ["--synthetic", "--synthetic-size", "64", "--batch-size", "32", "--epochs", "1"]
+QUICK += ["--figures-every", "none", "--snapshot-minutes", "0", "--accelerator", "cpu"]
+
+
+def cpu_with(monkeypatch: pytest.MonkeyPatch, flags: str) -> None:
+    """Pretend to be a CPU whose /proc/cpuinfo lists ``flags``."""
+    lines = ["model name\t: Test CPU", f"flags\t\t: fpu sse2 avx2 {flags}"]
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: lines)
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [("avx512f avx512_bf16", "bf16-mixed"), ("amx_tile amx_bf16", "bf16-mixed"), ("avx512f", "32-true")],
+)
+def test_auto_resolves_from_the_cpus_flags(monkeypatch, flags, expected) -> None:
+    cpu_with(monkeypatch, flags)
+    assert machine.resolve_precision("auto", "cpu") == expected
+    for explicit in ("32-true", "bf16-mixed"):
+        assert machine.resolve_precision(explicit, "cpu") == explicit
+
+
+def test_arm_bf16_feature_counts(monkeypatch) -> None:
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: ["Features\t: fp asimd bf16 i8mm"])
+    assert machine.cpu_has_native_bf16()
+
+
+def test_a_resumed_run_keeps_its_precision(monkeypatch, capsys) -> None:
+    config = RunConfig(model="quadratic")  # precision auto
+    cpu_with(monkeypatch, "avx512f")  # this machine would pick 32-true
+    kept = settle_precision(config, "cpu", {"precision": "bf16-mixed"})
+    assert kept.precision == "bf16-mixed"
+    assert "no native bf16" in capsys.readouterr().err  # it says it will be slow
+    cpu_with(monkeypatch, "amx_bf16")  # this one would pick bf16
+    assert settle_precision(config, "cpu", {"precision": "32-true"}).precision == "32-true"
+    assert settle_precision(config, "cpu").precision == "bf16-mixed"  # a new run: this machine's choice
+
+
+def test_auto_matches_any_recorded_precision_but_an_explicit_one_must_agree() -> None:
+    stored = RunConfig(model="quadratic", precision="bf16-mixed").to_dict()
+    assert config_difference(stored, RunConfig(model="quadratic").to_dict()) == []
+    differs = config_difference(stored, RunConfig(model="quadratic", precision="32-true").to_dict())
+    assert differs == ["precision='bf16-mixed' (now: '32-true')"]
+
+
+def test_the_run_records_its_precision_and_resumes_in_it(tmp_path: Path, monkeypatch, capsys) -> None:
+    cpu_with(monkeypatch, "avx512_bf16")
+    out = ["--output-dir", str(tmp_path)]
+    assert main_guard(run.main)([*QUICK, *out]) == 0
+    assert "precision bf16-mixed" in capsys.readouterr().out
+    run_dir = tmp_path / "quadratic" / "version_0"
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["precision"] == "bf16-mixed"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    assert run_config_of(read_checkpoint(last))["precision"] == "bf16-mixed"
+
+    cpu_with(monkeypatch, "avx2")  # the same command on a CPU without bf16: the run keeps bf16
+    assert main_guard(run.main)([*QUICK, *out, "--resume", str(last)]) == 0
+    captured = capsys.readouterr()
+    assert "precision bf16-mixed" in captured.out and "no native bf16" in captured.err

@@ -208,7 +208,7 @@ def per_image_dropout(layer: MultiHeadSelfAttention2d) -> Callable[..., torch.Te
     """A forward of ``layer``'s reference computation drawing one attention-dropout mask per image (what
     the suite did before following the paper's one mask per step): the baseline of the dropout step."""
 
-    def forward(x: torch.Tensor, return_attention: bool = False) -> torch.Tensor:
+    def forward(x: torch.Tensor) -> torch.Tensor:
         b, h, w, d = x.shape
         probs = layer.probabilities(x).expand(b, -1, -1, -1)  # (B, heads, N, N)
         heads_out = (layer.attn_dropout(probs) @ x.reshape(b, 1, h * w, d)).transpose(1, 2)

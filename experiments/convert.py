@@ -244,7 +244,7 @@ def convert_attention_to_conv(args) -> int:
 
     ckpt = read_checkpoint(args.checkpoint)
     model = ImageClassifier.from_checkpoint(ckpt).backbone.eval()
-    if not hasattr(model, "attention_layers"):
+    if not model.has_attention:
         raise UserError(f"{args.checkpoint} has no attention layers")
     n = len(model.blocks)
     chosen = sorted({args.layers} if isinstance(args.layers, int) else set(args.layers or range(1, n + 1)))
@@ -298,7 +298,7 @@ def save_conversion_figure(conv: nn.Module, attention: nn.Module, x: Tensor, pat
         raise UserError(f"--figure {path} must be a .png file path")
     side = 2 * int(attention.centres.abs().max()) + 3  # the receptive field around a central query
     grid = torch.zeros(1, side, side, conv.in_channels)
-    _, probs = attention.attention(grid, return_attention=True)
+    probs = attention.attention.probabilities(grid)
     save_png(
         conversion_figure(dense_kernel(conv), attention.centres, probs, side, side, (side // 2, side // 2)),
         path,

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     ckpt = read_checkpoint(args.checkpoint)  # read once: the model and the run's locality history
     backbone = ImageClassifier.from_checkpoint(ckpt).backbone.eval()
     model = ckpt["hyper_parameters"]["model"]
-    if not hasattr(backbone, "attention_maps"):
+    if not backbone.has_attention:
         raise UserError(f"{args.checkpoint} is a {model} checkpoint: it has no attention maps to draw")
     side = backbone.config.grid
     if args.query is not None and not all(0 <= v < side for v in args.query):

@@ -51,7 +51,7 @@ def preset(model: str, scale: str) -> RunConfig:
         raise ValueError(f"unknown model {model!r}; valid models: {', '.join(MODELS)}")
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; valid scales: {', '.join(SCALES)}")
-    family = MODELS[model][0]
+    family = MODELS[model].family
     schedule = _SCHEDULE.get(family, "warmup-cosine")
     model_config = _MODEL.get(family, {}).get(scale, {})
     return RunConfig(model=model, scale=scale, schedule=schedule, model_config=model_config, **_RUN[scale])

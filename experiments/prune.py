@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     config = RunConfig.from_dict(stored)
     module = ImageClassifier.from_checkpoint(ckpt)
     backbone = module.backbone
-    if not hasattr(backbone, "encodings"):
+    if not backbone.has_attention:
         raise UserError(f"{args.checkpoint} is a {config.model} checkpoint: it has no attention heads")
     pruned = degenerate(backbone)
     heads_before = list(backbone.config.heads_per_layer)

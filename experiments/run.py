@@ -96,7 +96,7 @@ def build_parser(base: RunConfig | None) -> ArgumentParser:
     _meta_flags(parser)
     if base is None:
         return parser
-    family = MODELS[base.model][0]
+    family = MODELS[base.model].family
     add_config_flags(
         parser.add_argument_group(f"model: {base.model} ({family.__name__})"), family, base.model_config
     )
@@ -124,7 +124,7 @@ def resolve(argv: list[str]) -> tuple[RunConfig, argparse.Namespace]:
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         _unknown_flags(parser, base, unknown)
-    family = MODELS[base.model][0]
+    family = MODELS[base.model].family
     model_config = {name: getattr(args, name) for name in field_types(family)}
     run_fields = {
         name: getattr(args, name)
@@ -137,10 +137,14 @@ def resolve(argv: list[str]) -> tuple[RunConfig, argparse.Namespace]:
 def _unknown_flags(parser: ArgumentParser, base: RunConfig | None, unknown: list[str]) -> None:
     """A flag of another model's config says so; anything else is argparse's one-line error."""
     if base is not None:
-        own = MODELS[base.model][0]
+        own = MODELS[base.model].family
         for token in unknown:
             name = token.split("=", 1)[0].lstrip("-").replace("-", "_")
-            owners = [m for m, (cls, _, _) in MODELS.items() if cls is not own and name in field_types(cls)]
+            owners = [
+                m
+                for m, entry in MODELS.items()
+                if entry.family is not own and name in field_types(entry.family)
+            ]
             if token.startswith("--") and owners:
                 raise UserError(
                     f"{base.model} has no option {token.split('=', 1)[0]} (it is an option of {owners[0]})"

@@ -24,11 +24,14 @@ Computations (``impl``):
   contractions, O(N (H + W)) per channel instead of O(N^2), fused with the projection so that only
   the input is kept for backward (sa_conv.separable). A dropped matrix does not factor: no dropout.
 - ``"sdpa"``: input-dependent attention through ``F.scaled_dot_product_attention`` with every
-  non-content logit term as a float32 bias (``auto`` takes it on CUDA; on CPU it measured no faster
-  than the reference).
+  non-content logit term as a float32 bias and its dropout (one mask per image, as the paper's code
+  for content attention); ``auto`` takes it on CUDA; on CPU it measured no faster than the reference.
 - ``"auto"`` (default): the fastest exact path: ``separable`` or ``shared`` for positional-only
-  attention (``shared`` while dropout is active), ``sdpa`` on CUDA (outside dropout) or ``reference``
-  for input-dependent attention. The fast paths are exact, not approximations.
+  attention (``shared`` while dropout is active), ``sdpa`` on CUDA or ``reference`` for
+  input-dependent attention. The fast paths are exact, not approximations.
+
+The computation is chosen once per call (``resolved_impl``) from a table of methods; ``forward``
+returns the output, and ``logits`` / ``probabilities`` say what the heads attend to.
 """
 
 from __future__ import annotations
@@ -51,7 +54,22 @@ IMPLS: tuple[str, ...] = ("auto", "reference", "shared", "separable", "sdpa")
 
 
 class MultiHeadSelfAttention2d(nn.Module):
-    """Multi-head self-attention on ``(B, H, W, dim)`` token grids with relative positional logits."""
+    """Multi-head self-attention on ``(B, H, W, dim)`` token grids with relative positional logits.
+
+    Args:
+        dim: channels of the tokens; every head attends over all of them (full-width heads).
+        heads: number of heads.
+        encoding: the positional logits (``sa_conv.encodings``), with ``heads`` heads; None for
+            content-only attention.
+        content: add the content logit ``q_h . k_h / sqrt(dim)``.
+        out_dim: channels of the output (default ``dim``).
+        attn_dropout: dropout on the attention probabilities (the paper: 0.1).
+        bias: whether the output projection has a bias.
+        impl: the computation (module docstring); ``auto`` picks the fastest exact one per call.
+        device, dtype: of the layer's own parameters (the encoding is built by the caller).
+
+    ``forward`` returns the output; ``logits`` and ``probabilities`` give what the heads attend to.
+    """
 
     def __init__(
         self,
@@ -64,6 +82,8 @@ class MultiHeadSelfAttention2d(nn.Module):
         attn_dropout: float = 0.0,
         bias: bool = True,
         impl: Impl = "auto",
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(heads, int) or heads <= 0:
@@ -76,18 +96,17 @@ class MultiHeadSelfAttention2d(nn.Module):
             raise ValueError(f"encoding has {encoding.heads} heads, the layer has heads={heads}")
         if not 0.0 <= attn_dropout < 1.0:
             raise ValueError(f"attn_dropout must be in [0, 1), got {attn_dropout}")
+        factory = {"device": device, "dtype": dtype}
         self.dim, self.heads = dim, heads
         self.out_dim = dim if out_dim is None else out_dim
         self.encoding = encoding
         self.content = content
         self.query_term = encoding is not None and encoding.query_dependent  # composite q . w[delta]
         self.key_term = encoding is not None and encoding.key_dependent  # composite k . w'[-delta]
-        if content or self.query_term:
-            self.query = nn.Linear(dim, heads * dim)
-        if content or self.key_term:
-            self.key = nn.Linear(dim, heads * dim)
+        self.query = nn.Linear(dim, heads * dim, **factory) if content or self.query_term else None
+        self.key = nn.Linear(dim, heads * dim, **factory) if content or self.key_term else None
         self.attn_dropout = nn.Dropout(attn_dropout)
-        self.proj = nn.Linear(heads * dim, self.out_dim, bias=bias)
+        self.proj = nn.Linear(heads * dim, self.out_dim, bias=bias, **factory)
         self.impl: Impl = impl
 
     # ------------------------------------------------------------------ public API
@@ -121,11 +140,16 @@ class MultiHeadSelfAttention2d(nn.Module):
         if self._impl != "auto":
             return self._impl
         dropout = self.training and self.attn_dropout.p > 0
-        if self.input_dependent:  # fused SDPA kernels with a float bias exist on CUDA; on CPU it is no faster
-            return "sdpa" if torch.device(device).type == "cuda" and not dropout else "reference"
+        if self.input_dependent:  # fused SDPA kernels (dropout and a float bias) on CUDA; no faster on CPU
+            return "sdpa" if torch.device(device).type == "cuda" else "reference"
         if dropout:  # the paper's one mask per step on the batch-free probabilities
             return "shared"
         return "separable" if self.encoding.separable else "shared"
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``x`` ``(B, H, W, dim)`` -> ``(B, H, W, out_dim)``."""
+        self._check_input(x)
+        return _COMPUTATIONS[self.resolved_impl(x.device)](self, x)
 
     def logits(self, x: Tensor) -> Tensor:
         """Attention logits ``(B, heads, N, N)``, or ``(1, heads, N, N)`` when input-independent."""
@@ -145,49 +169,56 @@ class MultiHeadSelfAttention2d(nn.Module):
         """Attention probabilities before dropout: ``(B, heads, N, N)`` or ``(1, heads, N, N)``."""
         return self.logits(x).softmax(dim=-1)
 
-    def forward(self, x: Tensor, return_attention: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-        """``x`` ``(B, H, W, dim)`` -> ``(B, H, W, out_dim)`` [, probabilities ``(B|1, heads, N, N)``]."""
-        b, h, w, d = self._check_input(x)
-        impl = self.resolved_impl(x.device)
-        dropout = self.training and self.attn_dropout.p > 0
-        probs = None
-        if impl == "reference":
-            probs = self.probabilities(x)  # (B|1, heads, N, N)
-            # batch-free probabilities: one mask for the whole batch (the paper's code); else one per image
-            heads_out = self.attn_dropout(probs) @ x.reshape(b, 1, h * w, d)  # (B, heads, N, D)
-            heads_out = heads_out.transpose(1, 2)  # (B, N, heads, D)
-        elif impl == "shared":
-            probs = self.probabilities(x)[0]  # (heads, N, N)
-            heads_out = torch.einsum("hqk,bkd->bqhd", self.attn_dropout(probs), x.reshape(b, h * w, d))
-            probs = probs.unsqueeze(0)
-        elif impl == "separable":
-            if dropout:
-                raise ValueError("impl='separable' cannot apply attention dropout; use 'shared' or 'auto'")
-            row, col = self._positional_axes(h, w, x.device, _softmax_dtype(x))
-            y = separable_attention_projection(
-                x, row.softmax(-1), col.softmax(-1), self.proj.weight, self.proj.bias
-            )
-            return (y, self.probabilities(x)) if return_attention else y
-        else:  # sdpa, in the softmax dtype: the float32 bias is not rounded to the autocast dtype
-            dtype = _softmax_dtype(x)
-            q, k = self._queries_keys(x)
-            bias = self._bias(q, k, h, w, dtype)  # (1|B, heads, N, N) or None
-            v = x.reshape(b, 1, h * w, d).expand(b, self.heads, h * w, d)  # (B, heads, N, D)
-            p = self.attn_dropout.p if self.training else 0.0
-            with no_autocast(x.device):
-                if self.content:
-                    heads_out = F.scaled_dot_product_attention(
-                        q.to(dtype), k.to(dtype), v.to(dtype), attn_mask=bias, dropout_p=p
-                    )
-                else:  # no content logit: the bias alone
-                    heads_out = F.dropout(bias.softmax(-1), p, self.training) @ v.to(dtype)
-            heads_out = heads_out.transpose(1, 2)  # (B, N, heads, D)
-        y = self.proj(heads_out.reshape(b, h, w, self.heads * d))  # (B, H, W, out_dim)
-        if not return_attention:
-            return y
-        if probs is None:
-            probs = self.probabilities(x)
-        return y, probs
+    # ------------------------------------------------------------------ the computations
+
+    def _reference(self, x: Tensor) -> Tensor:
+        """The literal formula: materialized probabilities, dropout, weighted sum, projection."""
+        b, h, w, d = x.shape
+        probs = self.probabilities(x)  # (B|1, heads, N, N)
+        # batch-free probabilities: one mask for the whole batch (the paper's code); else one per image
+        heads_out = self.attn_dropout(probs) @ x.reshape(b, 1, h * w, d)  # (B, heads, N, D)
+        return self._project(heads_out.transpose(1, 2), h, w)
+
+    def _shared(self, x: Tensor) -> Tensor:
+        """Positional-only: one ``(heads, N, N)`` probability tensor (dropped once) for the batch."""
+        b, h, w, d = x.shape
+        probs = self.attn_dropout(self.probabilities(x)[0])  # (heads, N, N)
+        heads_out = torch.einsum("hqk,bkd->bqhd", probs, x.reshape(b, h * w, d))  # (B, N, heads, D)
+        return self._project(heads_out, h, w)
+
+    def _separable(self, x: Tensor) -> Tensor:
+        """Row softmax x column softmax, fused with the projection (``sa_conv.separable``)."""
+        if self.training and self.attn_dropout.p > 0:
+            raise ValueError("impl='separable' cannot apply attention dropout; use 'shared' or 'auto'")
+        _, h, w, _ = x.shape
+        row, col = self._positional_axes(h, w, x.device, _softmax_dtype(x))
+        return separable_attention_projection(
+            x, row.softmax(-1), col.softmax(-1), self.proj.weight, self.proj.bias
+        )
+
+    def _sdpa(self, x: Tensor) -> Tensor:
+        """Input-dependent: ``scaled_dot_product_attention`` with every other logit term as a float bias,
+        in the softmax dtype (the float32 bias is not rounded to the autocast dtype); one dropout mask
+        per image."""
+        b, h, w, d = x.shape
+        dtype = _softmax_dtype(x)
+        q, k = self._queries_keys(x)
+        bias = self._bias(q, k, h, w, dtype)  # (1|B, heads, N, N) or None
+        v = x.reshape(b, 1, h * w, d).expand(b, self.heads, h * w, d)  # (B, heads, N, D)
+        p = self.attn_dropout.p if self.training else 0.0
+        with no_autocast(x.device):
+            if self.content:
+                heads_out = F.scaled_dot_product_attention(
+                    q.to(dtype), k.to(dtype), v.to(dtype), attn_mask=bias, dropout_p=p
+                )
+            else:  # no content logit: the bias alone
+                heads_out = F.dropout(bias.softmax(-1), p, self.training) @ v.to(dtype)
+        return self._project(heads_out.transpose(1, 2), h, w)
+
+    def _project(self, heads_out: Tensor, h: int, w: int) -> Tensor:
+        """The heads ``(B, N, heads, D)`` concatenated and projected: ``(B, H, W, out_dim)``."""
+        b, _, heads, d = heads_out.shape
+        return self.proj(heads_out.reshape(b, h, w, heads * d))
 
     @torch.no_grad()
     def prune_heads(self, heads: list[int]) -> None:
@@ -202,9 +233,10 @@ class MultiHeadSelfAttention2d(nn.Module):
         columns = (keep[:, None] * d + torch.arange(d)).flatten()  # the kept heads' blocks of heads * D
         if self.encoding is not None:
             self.encoding.select_heads(keep)
-        for name in ("query", "key"):
-            if hasattr(self, name):
-                setattr(self, name, _select_rows(getattr(self, name), columns))
+        if self.query is not None:
+            self.query = _select_rows(self.query, columns)
+        if self.key is not None:
+            self.key = _select_rows(self.key, columns)
         proj = nn.Linear(len(columns), self.out_dim, bias=self.proj.bias is not None)
         proj = proj.to(self.proj.weight.device, self.proj.weight.dtype)
         proj.weight.copy_(self.proj.weight[:, columns.to(proj.weight.device)])
@@ -215,6 +247,7 @@ class MultiHeadSelfAttention2d(nn.Module):
     # ------------------------------------------------------------------ internals
 
     def _check_input(self, x: Tensor) -> tuple[int, int, int, int]:
+        """The input's shape, checked."""
         if x.ndim != 4:
             raise ValueError(f"x must be (B, H, W, dim) channels-last, got shape {tuple(x.shape)}")
         if x.shape[-1] != self.dim:
@@ -245,8 +278,8 @@ class MultiHeadSelfAttention2d(nn.Module):
 
     def _queries_keys(self, x: Tensor) -> tuple[Tensor | None, Tensor | None]:
         """Per-head queries and keys ``(B, heads, N, D)`` where the logits need them."""
-        q = self._project(self.query, x) if self.content or self.query_term else None
-        k = self._project(self.key, x) if self.content or self.key_term else None
+        q = self._per_head(self.query, x) if self.query is not None else None
+        k = self._per_head(self.key, x) if self.key is not None else None
         return q, k
 
     def _bias(self, q: Tensor | None, k: Tensor | None, h: int, w: int, dtype: torch.dtype) -> Tensor | None:
@@ -262,7 +295,7 @@ class MultiHeadSelfAttention2d(nn.Module):
                 bias = self.encoding.key_logits(k.to(dtype), h, w).add_(bias)
         return bias
 
-    def _project(self, linear: nn.Linear, x: Tensor) -> Tensor:
+    def _per_head(self, linear: nn.Linear, x: Tensor) -> Tensor:
         """Per-head query or key projection: ``(B, H, W, D)`` -> ``(B, heads, N, D)``."""
         b, h, w, d = x.shape
         return linear(x).reshape(b, h * w, self.heads, d).transpose(1, 2)
@@ -274,6 +307,15 @@ class MultiHeadSelfAttention2d(nn.Module):
             f"content={self.content}, query_term={self.query_term}, key_term={self.key_term}, "
             f"impl={self._impl}"
         )
+
+
+# the computation of each ``impl`` (the module docstring), one method each
+_COMPUTATIONS = {
+    "reference": MultiHeadSelfAttention2d._reference,
+    "shared": MultiHeadSelfAttention2d._shared,
+    "separable": MultiHeadSelfAttention2d._separable,
+    "sdpa": MultiHeadSelfAttention2d._sdpa,
+}
 
 
 def autocast_enabled(device: torch.device) -> bool:

@@ -14,6 +14,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 from torch import Tensor, nn
 
+from sa_conv.lit import ImageClassifier
 from sa_conv.metrics import SHARP_MASS, gaussian_alpha, interior_queries, locality, peak_shift
 from sa_conv.viz import attention_grid, centre_plot, layer_heads, locality_over_training, locality_summary
 
@@ -63,7 +64,7 @@ class TrainingProgress(pl.Callback):
     def _remaining_seconds(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> float:
         total = (
             pl_module.total_steps()
-            if hasattr(pl_module, "total_steps")
+            if isinstance(pl_module, ImageClassifier)
             else trainer.estimated_stepping_batches
         )
         per_step = self.seconds / max(self.steps, 1)
@@ -187,7 +188,7 @@ def locality_snapshot(backbone: nn.Module, images: Tensor, step: int) -> dict[st
     side = _side(backbone)
     queries = locality_queries(side)
     layers = []
-    encodings = backbone.encodings() if hasattr(backbone, "encodings") else [None] * len(maps)
+    encodings = backbone.encodings()
     for probs, encoding in zip(maps, encodings, strict=True):
         m = locality(probs, side, side, queries=queries)
         shift, _ = peak_shift(probs, side, side, queries=queries)

@@ -172,7 +172,7 @@ def convert_network(model: nn.Module, *, alpha: float = 46.0, impl: Impl = "auto
 
 def _gaussian_heads(layer: MultiHeadSelfAttention2d) -> Tensor:
     """The centres ``(heads, 2)`` of a positional layer of Gaussian heads (quadratic or generalized)."""
-    encoding = getattr(layer, "encoding", None)  # mixed attention layers have none
+    encoding = layer.encoding  # None for mixed or content-only attention
     gaussians = encoding.head_gaussians() if encoding is not None else None
     if gaussians is None or layer.input_dependent:
         kind = type(encoding).__name__ if encoding is not None else type(layer).__name__
@@ -234,11 +234,16 @@ class ConvInPlaceOfAttention(nn.Module):
         super().__init__()
         self.conv, self.out_dim = conv, conv.out_channels
 
-    def forward(self, x: Tensor, return_attention: bool = False) -> Tensor:
+    input_dependent = False
+    encoding = None
+
+    def forward(self, x: Tensor) -> Tensor:
         """``(B, H, W, dim)`` -> ``(B, H, W, out)``."""
-        if return_attention:
-            raise ValueError("a convolution has no attention probabilities")
         return self.conv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+
+    def probabilities(self, x: Tensor) -> Tensor:
+        """A convolution attends to nothing: no probabilities to give."""
+        raise ValueError("a convolution has no attention probabilities")
 
 
 class HeadsAsConv(nn.Module):

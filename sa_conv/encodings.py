@@ -14,7 +14,9 @@ one class here plus one line in ``ENCODINGS``.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +25,8 @@ from torch import Tensor, nn
 __all__ = [
     "ENCODINGS",
     "CompositeRelativeEncoding",
+    "EncodingEntry",
+    "EncodingLayer",
     "GaussianEncoding",
     "LearnedRelativeEncoding",
     "PositionalEncoding",
@@ -60,11 +64,6 @@ class PositionalEncoding(nn.Module):
     key_dependent: bool = False  # key_logits(k, height, width): a term of the key's features
     weight_decay: bool = True  # False: exempt from weight decay (the paper's centres and spreads)
     head_parameters: tuple[str, ...] = ()  # parameters whose first dimension is the head (pruning)
-
-    @classmethod
-    def from_config(cls, config: Any) -> PositionalEncoding:
-        """The encoding of one layer of an SA model with ``config`` (heads, hidden, grid, ...)."""
-        return cls(config.heads)
 
     def logits(self, height: int, width: int) -> Tensor:
         """Positional logits ``(heads, N, N)`` of an height x width token grid."""
@@ -249,11 +248,6 @@ class LearnedRelativeEncoding(PositionalEncoding):
                 for p in (self.row, self.col, self.key_row, self.key_col):
                     p.normal_(0.0, init_std)
 
-    @classmethod
-    def from_config(cls, config: Any) -> LearnedRelativeEncoding:
-        init_std = config.init_std if config.init == "bert" else None
-        return cls(config.heads, config.hidden, max_size=config.grid, init_std=init_std)
-
     def _check_size(self, height: int, width: int) -> None:
         for name, size in (("height", height), ("width", width)):
             if size > self.max_size:
@@ -328,16 +322,6 @@ class CompositeRelativeEncoding(PositionalEncoding):
                 elif table is not None and table is not self.bias:
                     table.uniform_(-1 / size, 1 / size)  # 1 / sqrt(P), P = size^2
 
-    @classmethod
-    def from_config(cls, config: Any) -> CompositeRelativeEncoding:
-        return cls(
-            config.heads,
-            config.hidden,
-            window=config.window,
-            mask=config.window_mask,
-            key_term=config.key_term,
-        )
-
     def _parameter(self) -> Tensor:
         return next(t for t in (self.bias, self.rel, self.rel_key) if t is not None)
 
@@ -376,10 +360,44 @@ class CompositeRelativeEncoding(PositionalEncoding):
         return torch.einsum("bhkd,qkd->bhqk", k / math.sqrt(self.dim), table)  # (B, heads, N, N)
 
 
-# name -> class: the encodings an SA model can be built with (``SAConfig.encoding``)
-ENCODINGS: dict[str, type[PositionalEncoding]] = {
-    "quadratic": QuadraticEncoding,
-    "gaussian": GaussianEncoding,
-    "learned": LearnedRelativeEncoding,
-    "composite": CompositeRelativeEncoding,
+@dataclass(frozen=True, kw_only=True)
+class EncodingLayer:
+    """What a model tells the encoding of one of its layers."""
+
+    heads: int
+    dim: int  # the tokens' width
+    grid: int  # the side of the token grid
+    init_std: float | None = None  # BERT's N(0, init_std^2) for learned tables; None: the paper's init
+    window: int = 7  # composite: the window of relative shifts
+    window_mask: bool = False  # composite: mask shifts beyond the window instead of clipping
+    key_term: bool = False  # composite: the key-dependent term too
+
+
+class EncodingEntry(NamedTuple):
+    """One encoding of the registry: its class, and how a layer builds it (default: ``cls(heads)``)."""
+
+    cls: type[PositionalEncoding]
+    build_layer: Callable[[EncodingLayer], PositionalEncoding] | None = None
+
+    def build(self, layer: EncodingLayer) -> PositionalEncoding:
+        """The encoding of one layer."""
+        return self.build_layer(layer) if self.build_layer is not None else self.cls(layer.heads)
+
+
+# name -> entry: the encodings an SA model can be built with (``SAConfig.encoding``)
+ENCODINGS: dict[str, EncodingEntry] = {
+    "quadratic": EncodingEntry(QuadraticEncoding),
+    "gaussian": EncodingEntry(GaussianEncoding),
+    "learned": EncodingEntry(
+        LearnedRelativeEncoding,
+        lambda layer: LearnedRelativeEncoding(
+            layer.heads, layer.dim, max_size=layer.grid, init_std=layer.init_std
+        ),
+    ),
+    "composite": EncodingEntry(
+        CompositeRelativeEncoding,
+        lambda layer: CompositeRelativeEncoding(
+            layer.heads, layer.dim, window=layer.window, mask=layer.window_mask, key_term=layer.key_term
+        ),
+    ),
 }

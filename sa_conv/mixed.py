@@ -67,6 +67,8 @@ class MixedAttention2d(nn.Module):
         self.conv_value = nn.Linear(dim, width)
         self.conv = DynamicConv2d(width, self.n, kernel_size)
 
+    encoding = None  # no relative positional encoding (ConvBERT adds absolute positions to the tokens)
+
     @property
     def input_dependent(self) -> bool:
         """The attention heads are content-based: their probabilities depend on the input."""
@@ -91,8 +93,8 @@ class MixedAttention2d(nn.Module):
         ks = self.key_pointwise(self.key_depthwise(x.permute(0, 3, 1, 2)))  # (B, width, H, W)
         return ks * query.permute(0, 3, 1, 2)
 
-    def forward(self, x: Tensor, return_attention: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-        """``(B, H, W, dim)`` -> ``(B, H, W, out_dim)`` [, attention probabilities ``(B, n, N, N)``]."""
+    def forward(self, x: Tensor) -> Tensor:
+        """``(B, H, W, dim)`` -> ``(B, H, W, out_dim)``."""
         if x.ndim != 4 or x.shape[-1] != self.dim:
             raise ValueError(f"x must be (B, H, W, {self.dim}), got shape {tuple(x.shape)}")
         b, h, w, _ = x.shape
@@ -102,5 +104,4 @@ class MixedAttention2d(nn.Module):
         attended = attended.transpose(1, 2).reshape(b, h, w, -1)  # (B, H, W, width)
         values = self.conv_value(x).permute(0, 3, 1, 2)  # (B, width, H, W)
         convolved = self.conv(values, context=self.span_kernel_context(x, query)).permute(0, 2, 3, 1)
-        y = torch.cat([attended, convolved], dim=-1)  # (B, H, W, 2 * width)
-        return (y, probs) if return_attention else y
+        return torch.cat([attended, convolved], dim=-1)  # (B, H, W, 2 * width)

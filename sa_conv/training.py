@@ -91,7 +91,7 @@ class RunConfig:
         if self.model not in MODELS:
             raise ValueError(f"unknown model {self.model!r}; valid models: {', '.join(MODELS)}")
         family = field_types(
-            MODELS[self.model][0]
+            MODELS[self.model].family
         )  # typed as the model's config says (YAML gives lists, ints)
         typed = {k: coerce(v, family[k], k) if k in family else v for k, v in self.model_config.items()}
         resolved = dataclasses.asdict(model_config(self.model, **typed))
@@ -466,7 +466,7 @@ def _train(
         RunConfigRecord(config.to_dict()),
     ]
     figures = None
-    if options.figures_every is not None and hasattr(backbone, "attention_maps"):
+    if options.figures_every is not None and backbone.has_attention:
         figures = AttentionFigures(
             every_n_epochs=options.figures_every,
             history_every_n_steps=options.history_every

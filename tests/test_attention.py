@@ -125,13 +125,38 @@ def test_auto_picks_exact_path(kind, dropout, training, expected):
     assert layer.resolved_impl() == expected
 
 
-def test_return_attention_shapes_and_rows_sum_to_one():
+@pytest.mark.parametrize("training", [False, True])
+def test_auto_takes_sdpa_for_content_on_cuda_with_or_without_dropout(training):
+    layer = make("content", attn_dropout=0.1).train(training)
+    assert layer.resolved_impl("cuda") == "sdpa"
+    assert make("quadratic", attn_dropout=0.1).train(training).resolved_impl("cuda") != "sdpa"
+
+
+@pytest.mark.parametrize("kind", ["content", "composite"])
+def test_sdpa_dropout_draws_one_mask_per_image_and_is_unbiased(kind):
+    """Equality with the reference under dropout needs the same mask, which SDPA does not expose: its
+    statistics instead. One image repeated: every copy gets its own mask; the mean over draws is the
+    output without dropout."""
+    layer = make(kind, dim=8, heads=2, attn_dropout=0.5, impl="sdpa")
+    x = torch.randn(1, 3, 3, 8).expand(400, 3, 3, 8)
+    expected = layer.eval()(x[:1])
+    with torch.no_grad():
+        y = layer.train()(x)  # (400, 3, 3, 8)
+    assert not torch.allclose(y[0], y[1])  # another mask for another image
+    spread = (y - expected).std(0).max()
+    torch.testing.assert_close(y.mean(0), expected[0], rtol=0, atol=float(4 * spread / 20))
+
+
+def test_output_and_probability_shapes_and_rows_sum_to_one():
     x = torch.randn(2, 4, 4, 8)
-    y, p = make("quadratic")(x, return_attention=True)
+    layer = make("quadratic")
+    y, p = layer(x), layer.probabilities(x)
     assert y.shape == (2, 4, 4, 8) and p.shape == (1, 3, 16, 16)
     torch.testing.assert_close(p.sum(-1), torch.ones(1, 3, 16))
-    y, p = make("content", out_dim=5)(x, return_attention=True)
+    layer = make("content", out_dim=5)
+    y, p = layer(x), layer.probabilities(x)
     assert y.shape == (2, 4, 4, 5) and p.shape == (2, 3, 16, 16)
+    torch.testing.assert_close(p.sum(-1), torch.ones(2, 3, 16))
 
 
 def test_positional_layer_is_translation_equivariant_inside():
@@ -247,9 +272,9 @@ def test_sharp_heads_keep_float32_probabilities_under_bf16_autocast(impl, alpha)
     )
     layer = MultiHeadSelfAttention2d(8, heads, encoding=enc, impl=impl).eval()
     x = torch.randn(2, 6, 7, 8)
-    _, p32 = layer(x, return_attention=True)
+    p32 = layer.probabilities(x)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        y16, p16 = layer(x.bfloat16(), return_attention=True)
+        y16, p16 = layer(x.bfloat16()), layer.probabilities(x.bfloat16())
     assert p16.dtype == torch.float32
     torch.testing.assert_close(p16, p32, rtol=0, atol=1e-3)
     torch.testing.assert_close(y16.float(), layer(x), rtol=0.05, atol=0.05)  # the products in bf16

@@ -107,7 +107,7 @@ def test_every_config_field_is_a_flag(model):
     base = run.base_config([model])
     parser = run.build_parser(base)
     flags = {s for action in parser._actions for s in action.option_strings}
-    family = MODELS[model][0]
+    family = MODELS[model].family
     for cls, skip in ((family, ()), (RunConfig, ("model", "scale", "model_config")), (RunOptions, ())):
         for field in dataclasses.fields(cls):
             if field.name not in skip:

@@ -8,7 +8,7 @@ from torch import nn
 
 from experiments import figures, run
 from experiments.cli import main_guard
-from sa_conv.encodings import ENCODINGS, PositionalEncoding, relative_shifts
+from sa_conv.encodings import ENCODINGS, EncodingEntry, PositionalEncoding, relative_shifts
 from sa_conv.models import create_model
 from sa_conv.training import RunConfig, module_for
 
@@ -27,7 +27,7 @@ class ManhattanEncoding(PositionalEncoding):
 
 
 def test_a_new_encoding_is_one_class_and_one_registry_line(monkeypatch, tmp_path, capsys):
-    monkeypatch.setitem(ENCODINGS, "manhattan", ManhattanEncoding)  # the registry line
+    monkeypatch.setitem(ENCODINGS, "manhattan", EncodingEntry(ManhattanEncoding))  # the registry line
     model = create_model("quadratic", encoding="manhattan", layers=1, hidden=16, heads=3, ffn=8)
     encoding = model.blocks[0].attention.encoding
     assert isinstance(encoding, ManhattanEncoding) and model.blocks[0].attention.resolved_impl() == "shared"

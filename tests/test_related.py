@@ -101,7 +101,7 @@ def test_mixed_conv_branch_equals_a_per_pixel_loop():
 def test_mixed_attention_half_is_softmax_attention():
     layer = MixedAttention2d(8, 4, head_ratio=2).eval()
     x = torch.randn(2, 3, 3, 8)
-    y, probs = layer(x, return_attention=True)
+    y, probs = layer(x), layer.probabilities(x)
     assert probs.shape == (2, 2, 9, 9)
     v = layer.value(x).reshape(2, 9, 2, 2).transpose(1, 2)  # (B, n, N, hs)
     expected = (probs @ v).transpose(1, 2).reshape(2, 3, 3, 4)

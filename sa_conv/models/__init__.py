@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
-from torch import nn
-
+from sa_conv.models.base import Backbone
 from sa_conv.models.resnet import ResNet18, ResNetConfig
 from sa_conv.models.sa_classifier import SAClassifier, SAConfig
 
 __all__ = [
     "MODELS",
+    "Backbone",
+    "ModelEntry",
     "ResNet18",
     "ResNetConfig",
     "SAClassifier",
@@ -21,16 +22,26 @@ __all__ = [
     "model_config",
 ]
 
-# name -> (config class, defaults that make it this model, constructor)
-MODELS: dict[str, tuple[type, dict[str, Any], Callable[[Any], nn.Module]]] = {
-    "resnet18": (ResNetConfig, {}, ResNet18),
-    "quadratic": (SAConfig, {"encoding": "quadratic"}, SAClassifier),
-    "gaussian": (SAConfig, {"encoding": "gaussian"}, SAClassifier),
-    "learned": (SAConfig, {"encoding": "learned"}, SAClassifier),
-    "learned-content": (SAConfig, {"encoding": "learned", "content": True}, SAClassifier),
+
+class ModelEntry(NamedTuple):
+    """One model of the registry: its config family, the defaults that make it this model, its class."""
+
+    family: type
+    defaults: dict[str, Any]
+    build: Callable[[Any], Backbone]
+
+
+MODELS: dict[str, ModelEntry] = {
+    "resnet18": ModelEntry(ResNetConfig, {}, ResNet18),
+    "quadratic": ModelEntry(SAConfig, {"encoding": "quadratic"}, SAClassifier),
+    "gaussian": ModelEntry(SAConfig, {"encoding": "gaussian"}, SAClassifier),
+    "learned": ModelEntry(SAConfig, {"encoding": "learned"}, SAClassifier),
+    "learned-content": ModelEntry(SAConfig, {"encoding": "learned", "content": True}, SAClassifier),
     # related systems on the same bench, initialized as their own code (BERT's N(0, 0.02))
-    "composite": (SAConfig, {"encoding": "composite", "content": True, "init": "bert"}, SAClassifier),
-    "mixed": (
+    "composite": ModelEntry(
+        SAConfig, {"encoding": "composite", "content": True, "init": "bert"}, SAClassifier
+    ),
+    "mixed": ModelEntry(
         SAConfig,
         {
             "encoding": "none",
@@ -59,7 +70,7 @@ def model_config(name: str, **overrides: Any) -> Any:
     return config_cls(**{**defaults, **overrides})
 
 
-def create_model(name: str, **overrides: Any) -> nn.Module:
+def create_model(name: str, **overrides: Any) -> Backbone:
     """Build model ``name`` (one of ``MODELS``); defaults are the paper's, ``overrides`` resize it."""
-    config = model_config(name, **overrides)
-    return MODELS[name][2](config)
+    config = model_config(name, **overrides)  # an unknown name or option: one clear error
+    return MODELS[name].build(config)

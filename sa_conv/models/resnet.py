@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass
 
 from torch import Tensor, nn
 
+from sa_conv.models.base import Backbone
+
 __all__ = ["BasicBlock", "ResNet18", "ResNetConfig"]
 
 
@@ -51,7 +53,7 @@ class BasicBlock(nn.Module):
         return self.relu(out + self.shortcut(x))
 
 
-class ResNet18(nn.Module):
+class ResNet18(Backbone):
     """Images ``(B, 3, 32, 32)`` -> logits ``(B, classes)``."""
 
     def __init__(self, config: ResNetConfig) -> None:
@@ -79,7 +81,3 @@ class ResNet18(nn.Module):
             raise ValueError(f"images must be (B, {c}, H, W), got shape {tuple(images.shape)}")
         x = self.layers(self.stem(images))  # (B, 512, 4, 4)
         return self.fc(self.pool(x).flatten(1))  # (B, classes)
-
-    def no_weight_decay(self) -> set[str]:
-        """Names of parameters exempt from weight decay: none (the paper's ResNet18 decays all)."""
-        return set()

@@ -11,8 +11,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sa_conv.attention import Impl, MultiHeadSelfAttention2d
-from sa_conv.encodings import ENCODINGS, PositionalEncoding
+from sa_conv.encodings import ENCODINGS, EncodingLayer, PositionalEncoding
 from sa_conv.mixed import MixedAttention2d
+from sa_conv.models.base import Backbone
 
 __all__ = ["SABlock", "SAClassifier", "SAConfig"]
 
@@ -108,7 +109,16 @@ def make_encoding(config: SAConfig, heads: int) -> PositionalEncoding | None:
     """The positional encoding of one layer with ``heads`` heads, or None for content-only attention."""
     if config.encoding == "none":
         return None
-    return ENCODINGS[config.encoding].from_config(dataclasses.replace(config, heads=heads, layer_heads=None))
+    layer = EncodingLayer(
+        heads=heads,
+        dim=config.hidden,
+        grid=config.grid,
+        init_std=config.init_std if config.init == "bert" else None,
+        window=config.window,
+        window_mask=config.window_mask,
+        key_term=config.key_term,
+    )
+    return ENCODINGS[config.encoding].build(layer)
 
 
 class SABlock(nn.Module):
@@ -143,17 +153,15 @@ class SABlock(nn.Module):
         self.ffn_norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: Tensor, return_attention: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-        """``x`` ``(B, H, W, D)`` -> ``(B, H, W, D)`` [, attention probabilities]."""
-        out = self.attention(x, return_attention=return_attention)
-        a, probs = out if return_attention else (out, None)
+    def forward(self, x: Tensor) -> Tensor:
+        """``x`` ``(B, H, W, D)`` -> ``(B, H, W, D)``."""
+        a = self.attention(x)  # (B, H, W, out_dim)
         x = self.attn_norm(x + self.dropout(self.attn_dense(a)))  # (B, H, W, D)
         f = self.fc2(F.gelu(self.fc1(x)))  # erf-GELU, (B, H, W, D)
-        x = self.ffn_norm(x + self.dropout(f))
-        return (x, probs) if return_attention else x
+        return self.ffn_norm(x + self.dropout(f))
 
 
-class SAClassifier(nn.Module):
+class SAClassifier(Backbone):
     """Images ``(B, 3, 32, 32)`` -> logits ``(B, classes)`` through a stack of 2D SA blocks.
 
     Init ``paper`` (the default) keeps PyTorch's default init of every layer, as the paper's
@@ -161,6 +169,8 @@ class SAClassifier(nn.Module):
     each class). Init ``bert`` draws every linear weight from N(0, init_std^2) with zero biases (and
     the learned tables from the same), as BERT, ConvBERT and Chang et al.'s code do.
     """
+
+    has_attention = True
 
     def __init__(self, config: SAConfig) -> None:
         super().__init__()
@@ -203,8 +213,8 @@ class SAClassifier(nn.Module):
         maps = []
         x = self.tokens(images)
         for block in self.blocks:
-            x, probs = block(x, return_attention=True)
-            maps.append(probs)
+            maps.append(block.attention.probabilities(x))  # what this layer attends to, given its input
+            x = block(x)
         return maps
 
     def attention_layers(self) -> list[MultiHeadSelfAttention2d | MixedAttention2d]:
@@ -218,7 +228,7 @@ class SAClassifier(nn.Module):
 
     def encodings(self) -> list[PositionalEncoding | None]:
         """The positional encoding of every layer (None for content-only or mixed attention)."""
-        return [getattr(layer, "encoding", None) for layer in self.attention_layers()]
+        return [layer.encoding for layer in self.attention_layers()]
 
     def no_weight_decay(self) -> set[str]:
         """Names of the parameters the paper's code exempts from weight decay (centres and spreads)."""

@@ -314,3 +314,29 @@ def test_pruning_heads_equals_zeroing_their_projection_blocks(kind):
     torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="cannot prune all"):
         layer.prune_heads([0, 1])
+
+
+@pytest.mark.parametrize(
+    ("kind", "impl"), [("quadratic", "separable"), ("learned", "separable"), ("gaussian", "shared")]
+)
+def test_bf16_fast_path_gradients_are_as_close_to_float32_as_the_references(kind, impl):
+    """Under bf16 autocast no path is exact: the fast one must be as close to the float32 truth as the
+    reference computation is (output, input and parameter gradients)."""
+    ref = make(kind, dim=32, heads=4, impl="reference")
+    x = torch.randn(4, 8, 8, 32)
+    g = torch.randn(4, 8, 8, 32)
+
+    def run(layer, bf16):
+        xx = x.clone().requires_grad_(True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            y = layer(xx)
+        y.float().backward(g)
+        return [y.float(), xx.grad, *(p.grad for p in layer.parameters())]
+
+    fast = copy.deepcopy(ref)
+    fast.impl = impl
+    truth = run(copy.deepcopy(ref), False)
+    for got_ref, got_fast, want in zip(run(ref, True), run(fast, True), truth, strict=True):
+        err_ref = ((got_ref - want).norm() / want.norm()).item()
+        err_fast = ((got_fast - want).norm() / want.norm()).item()
+        assert err_fast <= max(2 * err_ref, 1e-3) and err_fast < 0.02

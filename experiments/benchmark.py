@@ -31,8 +31,8 @@ from sa_conv.encodings import (
     QuadraticEncoding,
 )
 from sa_conv.files import write_json
+from sa_conv.machine import hardware
 from sa_conv.models import create_model
-from sa_conv.training import hardware
 
 BASELINE = (
     "reference: dense float32 probabilities (heads, N, N) shared by the batch, "
@@ -350,7 +350,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--scale", default="paper", choices=tuple(SCALES))
     parser.add_argument("--json", type=Path, help="also write the results here")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device on this machine")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import logging
 import math
 import re
@@ -17,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
-from sa_conv.config import field_types
+from sa_conv.config import field_help, field_types
 
 __all__ = [
     "DEFAULT_DATA_DIR",
@@ -41,7 +40,13 @@ class UserError(RuntimeError):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse, but a bad option is one line on stderr (and exit code 2)."""
+    """argparse, but a bad option is one line on stderr (and exit code 2); every program has --debug
+    (read by ``main_guard``, which turns errors into one line unless it is given)."""
+
+    def __init__(self, *args: Any, add_debug: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if add_debug:
+            self.add_argument("--debug", action="store_true", help="show tracebacks, not one-line errors")
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
@@ -113,19 +118,6 @@ def _parser_for(hint: Any) -> tuple[Callable[[str], Any], dict[str, Any]]:
     return {int: _int, float: _float, str: str, Path: Path}.get(hint, str), {}
 
 
-def _field_help(cls: type) -> dict[str, str]:
-    """Each field's trailing ``# comment`` in the dataclass source: its --help text."""
-    helps: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        try:
-            source = inspect.getsource(klass)
-        except (OSError, TypeError):
-            continue
-        for match in re.finditer(r"^\s+(\w+): [^#\n]*#\s*(.+)$", source, flags=re.MULTILINE):
-            helps[match.group(1)] = match.group(2).strip()
-    return helps
-
-
 def add_config_flags(
     parser: argparse._ActionsContainer,
     cls: type,
@@ -142,7 +134,7 @@ def add_config_flags(
     the parser has already skipped (to find the positional arguments among any model's flags). Returns
     the field names added.
     """
-    helps = _field_help(cls)
+    helps = field_help(cls)
     own = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
     added = []
     for name, hint in field_types(cls).items():
@@ -214,7 +206,8 @@ def datamodule_of_checkpoint(
     """The data a checkpoint was trained on: its folder (unless the flags name other data) and its run
     config's split, subset, protocol, augmentation and seed; ``batch_size`` replaces the run's."""
     from sa_conv.checkpointing import run_config_of
-    from sa_conv.training import RunConfig, datamodule_for
+    from sa_conv.run_config import RunConfig
+    from sa_conv.training import datamodule_for
 
     trained = ckpt.get("datamodule_hyper_parameters") or {}
     synthetic = args.synthetic or (args.data_dir is None and trained.get("source") == "synthetic")
@@ -225,12 +218,9 @@ def datamodule_of_checkpoint(
         data_dir = Path(trained["data_dir"])
         if not data_dir.is_dir():
             raise UserError(f"the checkpoint was trained on {data_dir}, which is not here: pass --data-dir")
-    stored = run_config_of(ckpt)
-    if stored is None:
-        raise UserError("the checkpoint holds no run config (not written by experiments.run)")
-    config = RunConfig.from_dict(stored)
+    config = RunConfig.from_dict(run_config_of(ckpt))
     if batch_size is not None:
-        config = config.replace(batch_size=batch_size)
+        config = config.replace(data={"batch_size": batch_size})
     return datamodule_for(
         config,
         data_dir=data_dir or DEFAULT_DATA_DIR,
@@ -274,7 +264,7 @@ def main_guard(main: Callable[[list[str] | None], int | None]) -> Callable[[list
         argv = list(sys.argv[1:] if argv is None else argv)
         debug = "--debug" in argv
         try:
-            return main([a for a in argv if a != "--debug"]) or 0
+            return main(argv) or 0
         except RunInterruptedError as err:
             if debug:
                 raise

@@ -28,7 +28,7 @@ from experiments.cli import (
 from sa_conv.attention import MultiHeadSelfAttention2d
 from sa_conv.conversion import conv_to_attention
 from sa_conv.files import write_json
-from sa_conv.training import hardware
+from sa_conv.machine import hardware
 
 
 def _ints(text: str, *, minimum: int = 1) -> int | tuple[int, ...]:
@@ -87,7 +87,6 @@ def build_parser() -> ArgumentParser:
     ckpt.add_argument("--layers", type=_ints, help="--to-conv: the layers (1-based, e.g. 1,2; default all)")
     data_flags(ckpt, default_note="the checkpoint's own data")
     ckpt.add_argument("--json", type=Path, help="--all / --to-conv: also write the report here")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
 
 
@@ -157,10 +156,7 @@ def check_checkpoint(args) -> tuple[nn.Module, Tensor]:
 
 def test_images(ckpt: dict, args, *, limit: int | None = None) -> tuple[Tensor, Tensor]:
     """Normalized test images and labels of the checkpoint's own data (or the flags' data)."""
-    data = datamodule_of_checkpoint(ckpt, args, batch_size=250)
-    data.setup()
-    images, labels = data.test_set.images[:limit], data.test_set.labels[:limit]
-    return data.normalize(images), labels
+    return datamodule_of_checkpoint(ckpt, args).evaluation_images(limit)
 
 
 @torch.no_grad()

@@ -61,7 +61,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=positive_int, default=5, help="random instances per case")
     parser.add_argument("--tolerance", type=float, default=1e-5)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
     args = parser.parse_args(argv)
     gen = torch.Generator().manual_seed(args.seed)
     print(f"{'term':6} {'window':8} {'conv':18} {'interior error':>15} {'renormalized error':>19}  result")

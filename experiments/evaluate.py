@@ -9,11 +9,10 @@ import json
 import sys
 from pathlib import Path
 
-import pytorch_lightning as pl
-
 from experiments.cli import ArgumentParser, data_flags, datamodule_of_checkpoint, main_guard, positive_int
 from sa_conv.checkpointing import read_checkpoint
 from sa_conv.lit import ImageClassifier
+from sa_conv.training import evaluate
 
 
 def build_parser() -> ArgumentParser:
@@ -23,7 +22,6 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--split", choices=("test", "val"), default="test")
     parser.add_argument("--batch-size", type=positive_int, default=500)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
 
 
@@ -32,15 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     ckpt = read_checkpoint(args.checkpoint)
     module = ImageClassifier.from_checkpoint(ckpt)
     datamodule = datamodule_of_checkpoint(ckpt, args, batch_size=args.batch_size)
-    if args.split == "val" and datamodule.protocol == "paper":
+    if args.split == "val" and datamodule.config.protocol == "paper":
         raise ValueError("the run used the paper's protocol: it has no validation split (use --split test)")
-    trainer = pl.Trainer(
-        accelerator="auto", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False
-    )
-    run = trainer.test if args.split == "test" else trainer.validate
-    results = run(module, datamodule=datamodule, verbose=False)
-    name = "test" if args.split == "test" else module.hparams.val_name
-    accuracy = float(results[0][f"{name}/acc"])
+    accuracy = evaluate(module, datamodule, args.split)
     dataset = datamodule.test_set if args.split == "test" else datamodule.val_set
     report = {
         "accuracy": accuracy,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -26,7 +25,7 @@ from experiments.cli import (
     main_guard,
     positive_int,
 )
-from sa_conv.callbacks import attention_maps_of, figures_of_maps, locality_queries
+from sa_conv.analysis import attention_maps_of, figures_of_maps, history_of, locality_queries
 from sa_conv.checkpointing import read_checkpoint
 from sa_conv.files import save_png, write_json
 from sa_conv.lit import ImageClassifier
@@ -47,14 +46,7 @@ def build_parser() -> ArgumentParser:
         "--images", type=positive_int, default=100, help="test images averaged for content models"
     )
     data_flags(parser, default_note="the checkpoint's own data")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
-
-
-def history_of(ckpt: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """The locality history the run's ``AttentionFigures`` callback kept in the checkpoint."""
-    states = ckpt.get("callbacks", {})
-    return next((v.get("history") for k, v in states.items() if k.startswith("AttentionFigures")), None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,9 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             1, backbone.config.in_channels, backbone.config.image_size, backbone.config.image_size
         )
     else:
-        data = datamodule_of_checkpoint(ckpt, args, batch_size=args.images)
-        data.setup()
-        images = data.normalize(data.test_set.images[: args.images])
+        images, _ = datamodule_of_checkpoint(ckpt, args).evaluation_images(args.images)
     name = args.name or model
     args.out.mkdir(parents=True, exist_ok=True)
     written, scalars = [], {}

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from sa_conv.data import DataConfig
+from sa_conv.lit import OptimConfig
 from sa_conv.models import MODELS, ResNetConfig, SAConfig
-from sa_conv.training import RunConfig
+from sa_conv.run_config import RunConfig
 
 __all__ = ["SCALES", "preset"]
 
@@ -37,12 +39,8 @@ _MODEL: dict[type, dict[str, dict[str, Any]]] = {
 }
 # The paper's ResNet18 run used its script's defaults: lr / 10 at epochs 80, 150, 250, no warm-up.
 _SCHEDULE: dict[type, str] = {ResNetConfig: "multistep"}
-_RUN: dict[str, dict[str, Any]] = {
-    "paper": {},
-    "small": {"epochs": 15},
-    "small6": {"epochs": 15},
-    "tiny": {"epochs": 3, "train_subset": 10_000, "val_size": 1_000},
-}
+_EPOCHS = {"paper": 300, "small": 15, "small6": 15, "tiny": 3}
+_DATA: dict[str, DataConfig] = {"tiny": DataConfig(train_subset=10_000, val_size=1_000)}
 
 
 def preset(model: str, scale: str) -> RunConfig:
@@ -52,6 +50,11 @@ def preset(model: str, scale: str) -> RunConfig:
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; valid scales: {', '.join(SCALES)}")
     family = MODELS[model].family
-    schedule = _SCHEDULE.get(family, "warmup-cosine")
-    model_config = _MODEL.get(family, {}).get(scale, {})
-    return RunConfig(model=model, scale=scale, schedule=schedule, model_config=model_config, **_RUN[scale])
+    return RunConfig(
+        model=model,
+        scale=scale,
+        model_config=_MODEL.get(family, {}).get(scale, {}),
+        optim=OptimConfig(schedule=_SCHEDULE.get(family, "warmup-cosine")),
+        data=_DATA.get(scale, DataConfig()),
+        epochs=_EPOCHS[scale],
+    )

@@ -16,8 +16,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytorch_lightning as pl
-
 from experiments.cli import (
     ArgumentParser,
     UserError,
@@ -29,7 +27,8 @@ from experiments.cli import (
 from sa_conv.checkpointing import read_checkpoint, run_config_of
 from sa_conv.files import write_json
 from sa_conv.lit import ImageClassifier
-from sa_conv.training import RunConfig, RunOptions, module_for, train
+from sa_conv.run_config import RunConfig, RunOptions
+from sa_conv.training import evaluate, module_for, train
 
 
 def build_parser() -> ArgumentParser:
@@ -41,16 +40,7 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--limit-train-batches", type=positive_int, help="fine-tune on N batches per epoch")
     parser.add_argument("--output-dir", type=Path, default=Path("runs/pruned"), help="the fine-tuning run")
     parser.add_argument("--json", type=Path, help="also write the report here")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
     return parser
-
-
-def test_accuracy(module: ImageClassifier, datamodule: Any) -> float:
-    """Accuracy of ``module`` on the test split."""
-    trainer = pl.Trainer(
-        accelerator="auto", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False
-    )
-    return float(trainer.test(module, datamodule=datamodule, verbose=False)[0]["test/acc"])
 
 
 def degenerate(backbone: Any) -> dict[int, list[int]]:
@@ -75,10 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.lr < float("inf"):
         raise UserError(f"--lr must be positive and finite, got {args.lr}")
     ckpt = read_checkpoint(args.checkpoint)
-    stored = run_config_of(ckpt)
-    if stored is None:
-        raise UserError(f"{args.checkpoint} holds no run config (not written by experiments.run)")
-    config = RunConfig.from_dict(stored)
+    config = RunConfig.from_dict(run_config_of(ckpt, args.checkpoint))
     module = ImageClassifier.from_checkpoint(ckpt)
     backbone = module.backbone
     if not backbone.has_attention:
@@ -104,11 +91,11 @@ def main(argv: list[str] | None = None) -> int:
             write_json(args.json, report)
         return 0
     datamodule = datamodule_of_checkpoint(ckpt, args)  # the run's own split, subset and augmentation
-    before = test_accuracy(module, datamodule)
+    before = evaluate(module, datamodule)
     backbone.prune_heads(pruned)
-    after_pruning = test_accuracy(module, datamodule)
+    after_pruning = evaluate(module, datamodule)
     tuned_config = config.replace(
-        lr=args.lr,
+        optim={"lr": args.lr},
         epochs=args.epochs,
         limit_train_batches=args.limit_train_batches,
         model_config={"layer_heads": backbone.config.layer_heads},

@@ -12,8 +12,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from experiments.cli import (
     ArgumentParser,
     UserError,
@@ -23,9 +21,14 @@ from experiments.cli import (
     main_guard,
 )
 from experiments.presets import SCALES, preset
-from sa_conv.config import field_types
+from sa_conv.config import config_to_dict, field_types
 from sa_conv.models import MODELS
-from sa_conv.training import RunConfig, RunOptions, find_resume, load_config, train
+from sa_conv.resume import find_resume
+from sa_conv.run_config import SECTIONS, RunConfig, RunOptions, dump_config, load_config
+from sa_conv.training import train
+
+# the run config's own options (its parts have their own flag groups)
+_TOP_LEVEL = ("model", "scale", "model_config", *SECTIONS)
 
 PROG = "python -m experiments.run"
 SLOW_HINT = "On a CPU, --scale tiny trains in minutes and --scale small in about 45 minutes per model."
@@ -39,8 +42,9 @@ def _first_stage(argv: list[str]) -> argparse.Namespace:
     parser = ArgumentParser(prog=PROG, add_help=False)
     parser.add_argument("model", nargs="?")
     _meta_flags(parser)
-    for cls in (RunConfig, RunOptions, *(family for family, _, _ in MODELS.values())):
-        add_config_flags(parser, cls, {}, skip=("model", "scale"), loose=True)
+    families = {entry.family for entry in MODELS.values()}
+    for cls in (RunConfig, *SECTIONS.values(), RunOptions, *sorted(families, key=lambda c: c.__name__)):
+        add_config_flags(parser, cls, {}, skip=_TOP_LEVEL, loose=True)
     data_flags(parser)
     args, _ = parser.parse_known_args(argv)
     return args
@@ -79,7 +83,6 @@ def _meta_flags(parser: ArgumentParser) -> None:
         metavar="PATH|latest|auto",
         help="resume PATH, or the newest run with this config (latest; auto: a new run if there is none)",
     )
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
 def build_parser(base: RunConfig | None) -> ArgumentParser:
@@ -97,16 +100,13 @@ def build_parser(base: RunConfig | None) -> ArgumentParser:
     if base is None:
         return parser
     family = MODELS[base.model].family
-    add_config_flags(
-        parser.add_argument_group(f"model: {base.model} ({family.__name__})"), family, base.model_config
-    )
-    add_config_flags(
-        parser.add_argument_group("training"),
-        RunConfig,
-        base.to_dict(),
-        skip=("model", "scale", "model_config"),
-    )
-    data_flags(parser.add_argument_group("data"))
+    model_group = parser.add_argument_group(f"model: {base.model} ({family.__name__})")
+    add_config_flags(model_group, family, config_to_dict(base.model_config))
+    add_config_flags(parser.add_argument_group("optimizer"), type(base.optim), config_to_dict(base.optim))
+    data_group = parser.add_argument_group("data")
+    add_config_flags(data_group, type(base.data), config_to_dict(base.data))
+    data_flags(data_group)
+    add_config_flags(parser.add_argument_group("training"), RunConfig, base.to_dict(), skip=_TOP_LEVEL)
     defaults = {"output_dir": Path("runs")}
     add_config_flags(parser.add_argument_group("execution"), RunOptions, defaults)
     return parser
@@ -125,13 +125,13 @@ def resolve(argv: list[str]) -> tuple[RunConfig, argparse.Namespace]:
     if unknown:
         _unknown_flags(parser, base, unknown)
     family = MODELS[base.model].family
-    model_config = {name: getattr(args, name) for name in field_types(family)}
-    run_fields = {
-        name: getattr(args, name)
-        for name in field_types(RunConfig)
-        if name not in ("model", "scale", "model_config")
-    }
-    return RunConfig(model=base.model, scale=base.scale, model_config=model_config, **run_fields), args
+
+    def values(cls: type) -> dict[str, Any]:
+        return {name: getattr(args, name) for name in field_types(cls) if name not in _TOP_LEVEL}
+
+    data = {"model": base.model, "scale": base.scale, "model_config": values(family), **values(RunConfig)}
+    data.update({name: values(cls) for name, cls in SECTIONS.items()})
+    return RunConfig.from_dict(data), args
 
 
 def _unknown_flags(parser: ArgumentParser, base: RunConfig | None, unknown: list[str]) -> None:
@@ -140,14 +140,12 @@ def _unknown_flags(parser: ArgumentParser, base: RunConfig | None, unknown: list
         own = MODELS[base.model].family
         for token in unknown:
             name = token.split("=", 1)[0].lstrip("-").replace("-", "_")
-            owners = [
-                m
-                for m, entry in MODELS.items()
-                if entry.family is not own and name in field_types(entry.family)
-            ]
+            owners = [m for m, e in MODELS.items() if e.family is not own and name in field_types(e.family)]
             if token.startswith("--") and owners:
+                kind = "every SA model" if len(owners) > 1 else owners[0]
+                listed = f" ({', '.join(owners)})" if len(owners) > 1 else ""
                 raise UserError(
-                    f"{base.model} has no option {token.split('=', 1)[0]} (it is an option of {owners[0]})"
+                    f"{base.model} has no option {token.split('=', 1)[0]} (it is an option of {kind}{listed})"
                 )
     parser.error(f"unrecognized arguments: {' '.join(unknown)}")
 
@@ -164,22 +162,20 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     config, args = resolve(argv)
     if args.print_config:
-        print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
+        print(dump_config(config), end="")
         return 0
     options = run_options(args)
     datamodule = datamodule_from_flags(args, config)
-    found = None
+    resume = None
     if args.resume is not None:
-        found = find_resume(args.resume, options.output_dir, config, warn=lambda m: print(m, file=sys.stderr))
-        if found is None:
+        warn = lambda message: print(message, file=sys.stderr)  # noqa: E731
+        resume = find_resume(args.resume, options.output_dir, config, warn=warn)
+        if resume is None:
             print(
                 f"--resume auto: no run of {config.model} with this config yet; starting one", file=sys.stderr
             )
-    resume, version = found if found is not None else (None, None)
-    summary = train(
-        config, datamodule=datamodule, options=options, resume=resume, version=version, slow_hint=SLOW_HINT
-    )
-    if config.protocol == "paper":
+    summary = train(config, datamodule=datamodule, options=options, resume=resume, slow_hint=SLOW_HINT)
+    if config.data.protocol == "paper":
         accuracy = (
             f"best test acc {summary['best_test_acc']:.4f} | final test acc {summary['final_test_acc']:.4f}"
         )

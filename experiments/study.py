@@ -22,21 +22,15 @@ from typing import Any
 
 from experiments.cli import DEFAULT_DATA_DIR, ArgumentParser, UserError, check_data_dir, main_guard
 from experiments.presets import SCALES, preset
-from sa_conv.callbacks import figures_of, layer_summary
+from sa_conv.analysis import figures_of, layer_summary
 from sa_conv.checkpointing import read_checkpoint
 from sa_conv.files import save_png, write_json, write_text
 from sa_conv.flops import analytic_flops
 from sa_conv.lit import ImageClassifier
-from sa_conv.models import model_config
-from sa_conv.training import (
-    RunConfig,
-    RunOptions,
-    config_difference,
-    datamodule_for,
-    find_resume,
-    hardware,
-    train,
-)
+from sa_conv.machine import hardware
+from sa_conv.resume import find_resume
+from sa_conv.run_config import RunConfig, RunOptions, config_difference
+from sa_conv.training import datamodule_for, train
 
 
 @dataclass(frozen=True)
@@ -114,14 +108,13 @@ def run_entry(entry: Entry, seed: int, args: Any) -> dict[str, Any]:
         return metrics
     config = entry_config(entry, args.scale, seed)
     root = run_root(entry, seed, args)
-    found = find_resume("auto", root, config, warn=lambda m: print(m, file=sys.stderr))
-    print(f"== {entry.name} seed {seed}: {'resuming' if found else 'training'}", flush=True)
-    resume, version = found if found is not None else (None, None)
+    resume = find_resume("auto", root, config, warn=lambda m: print(m, file=sys.stderr))
+    print(f"== {entry.name} seed {seed}: {'resuming' if resume else 'training'}", flush=True)
     options = RunOptions(output_dir=root, progress="lines", figures_every=1000, snapshot_minutes=5)
     data = datamodule_for(
         config, data_dir=args.data_dir, synthetic=args.synthetic, synthetic_size=args.synthetic_size
     )
-    return train(config, datamodule=data, options=options, resume=resume, version=version)
+    return train(config, datamodule=data, options=options, resume=resume)
 
 
 def render_figures(metrics: dict[str, Any], prefix: str, args: Any) -> None:
@@ -134,8 +127,7 @@ def render_figures(metrics: dict[str, Any], prefix: str, args: Any) -> None:
         synthetic=args.synthetic,
         synthetic_size=args.synthetic_size,
     )
-    data.setup()
-    images = data.normalize(data.test_set.images[:100])
+    images, _ = data.evaluation_images(100)
     args.figures.mkdir(parents=True, exist_ok=True)
     for tag, value in figures_of(backbone, images, history=metrics.get("locality_history"), name=prefix):
         if not isinstance(value, float):
@@ -149,7 +141,7 @@ def standard_error(accuracy: float, n: int) -> float:
 
 def flops_of(config: RunConfig) -> dict[str, int]:
     """GFLOP columns of a run: its training step (forward + backward, the trained path) and evaluation."""
-    family = model_config(config.model, **config.model_config)
+    family = config.model_config
     return {
         "train_flops_per_image": analytic_flops(config.model, family, training=True),
         "eval_flops_per_image": analytic_flops(config.model, family, training=False, passes="forward"),
@@ -172,8 +164,8 @@ def row_of(entry: Entry, seed: int, metrics: dict[str, Any]) -> dict[str, Any]:
         "note": entry.note,
         "protocol": metrics["protocol"],
         "epochs": metrics["config"]["epochs"],
-        "layers_count": config.model_config.get("layers"),
-        "heads": config.model_config.get("heads"),
+        "layers_count": getattr(config.model_config, "layers", None),
+        "heads": getattr(config.model_config, "heads", None),
         "precision": metrics.get("precision", "32-true"),
         "params": metrics["params"],
         **flops_of(config),
@@ -221,12 +213,12 @@ def markdown(rows: list[dict[str, Any]], args: Any, missing: Sequence[str] = ())
         f" --data-dir {args.data_dir}" if args.data_dir else ""
     )
     hw = hardware()
-    sa = base.model_config
+    sa, data = base.model_config, base.data
     budget = (
-        f"Budget, the same for every model unless noted: {base.epochs} epochs, batch {base.batch_size}, "
-        f"protocol {base.protocol} ({base.val_size} validation images held out), "
-        f"{base.train_subset or 'all'} training images; SA models {sa['layers']} layers of width "
-        f"{sa['hidden']}, {sa['heads']} heads. Accuracy on the test split with its binomial standard error."
+        f"Budget, the same for every model unless noted: {base.epochs} epochs, batch {data.batch_size}, "
+        f"protocol {data.protocol} ({data.val_size} validation images held out), "
+        f"{data.train_subset or 'all'} training images; SA models {sa.layers} layers of width "
+        f"{sa.hidden}, {sa.heads} heads. Accuracy on the test split with its binomial standard error."
     )
     machine = (
         f"Hardware: {hw['cpu']} ({hw['cpu_count']} cores), {hw.get('gpu') or 'no GPU'}; "
@@ -298,7 +290,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--report", action="store_true", help="tables and figures of the finished runs; train nothing"
     )
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
     args = parser.parse_args(argv)
     if args.data_dir is not None:
         check_data_dir(args.data_dir)

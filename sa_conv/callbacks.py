@@ -12,22 +12,13 @@ import torch
 from matplotlib.figure import Figure
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
-from torch import Tensor, nn
+from torch import Tensor
 
+from sa_conv.analysis import figures_of, locality_snapshot
+from sa_conv.data import CIFAR10DataModule
 from sa_conv.lit import ImageClassifier
-from sa_conv.metrics import SHARP_MASS, gaussian_alpha, interior_queries, locality, peak_shift
-from sa_conv.viz import attention_grid, centre_plot, layer_heads, locality_over_training, locality_summary
 
-__all__ = [
-    "AttentionFigures",
-    "TrainingProgress",
-    "attention_maps_of",
-    "figures_of",
-    "figures_of_maps",
-    "layer_summary",
-    "locality_queries",
-    "locality_snapshot",
-]
+__all__ = ["AttentionFigures", "TrainingProgress"]
 
 
 def _duration(seconds: float) -> str:
@@ -40,17 +31,22 @@ class TrainingProgress(pl.Callback):
     """Training images per second (across resumes), the projected time of the whole run, and one
     record per epoch (train loss and accuracy, evaluation accuracy, learning rate, images/s).
 
-    Kept beside Lightning's ``ThroughputMonitor`` (which logs a sliding window to the logger): this
-    keeps the run's overall rate for ``metrics.json`` and the ETA. ``lines=True`` also prints each
-    epoch's record as one plain line (for logs that are not a terminal: nohup, SLURM).
+    Steady-state time without a host sync: the wall time between consecutive training batches of an
+    epoch (a device's queued work is paid for within a few steps), the first step of a process and the
+    evaluation loops left out. ``lines=True`` also prints each epoch's record as one plain line (for
+    logs that are not a terminal: nohup, SLURM).
     """
 
-    def __init__(self, *, lines: bool, slow_warning: float = 86400.0, slow_hint: str = "") -> None:
+    def __init__(
+        self, *, lines: bool, slow_warning: float = 86400.0, slow_hint: str = "", log_every: int = 50
+    ) -> None:
         self.lines, self.slow_warning, self.slow_hint = lines, slow_warning, slow_hint
+        self.log_every = log_every  # steps between two per-step scalars in the logger (each a host sync)
         self.images, self.steps, self.seconds = 0, 0, 0.0
         self.history: list[dict[str, float]] = []
         self._timed_here = 0  # steps timed by this process (the projection waits for a warm one)
-        self._start = self._epoch_start = self._eval_start = self._eval_seconds = 0.0
+        self._last: float | None = None  # the end of the previous batch of this stretch of training
+        self._epoch_start = self._eval_start = self._eval_seconds = 0.0
 
     @property
     def images_per_second(self) -> float:
@@ -61,6 +57,19 @@ class TrainingProgress(pl.Callback):
         bar = trainer.progress_bar_callback
         (bar.print if bar is not None and trainer.is_global_zero else rank_zero_only(print))(message)
 
+    def _eval_estimate(self, trainer: pl.Trainer) -> tuple[float, float]:
+        """Seconds of one epoch's evaluation and of the final test: measured once there was one, else
+        from the training rate (an evaluation image costs about a third of a training image)."""
+        measured = [h["eval_seconds"] for h in self.history if h.get("eval_seconds")]
+        datamodule = trainer.datamodule
+        per_image = 1 / (3 * self.images_per_second) if self.images_per_second else 0.0
+        n_test = len(datamodule.test_set) if isinstance(datamodule, CIFAR10DataModule) else 0
+        n_eval = n_test
+        if isinstance(datamodule, CIFAR10DataModule) and datamodule.config.protocol == "clean":
+            n_eval = len(datamodule.val_set)
+        test = n_test * per_image if n_eval != n_test or not measured else 0.0
+        return (sum(measured) / len(measured) if measured else n_eval * per_image), test
+
     def _remaining_seconds(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> float:
         total = (
             pl_module.total_steps()
@@ -68,16 +77,17 @@ class TrainingProgress(pl.Callback):
             else trainer.estimated_stepping_batches
         )
         per_step = self.seconds / max(self.steps, 1)
-        evals = sum(h.get("eval_seconds", 0.0) for h in self.history) / max(len(self.history), 1)
-        epochs_left = max((trainer.max_epochs or 0) - trainer.current_epoch - 1, 0)
-        return max(total - trainer.global_step, 0) * per_step + epochs_left * evals
+        evals, test = self._eval_estimate(trainer)
+        epochs_left = max((trainer.max_epochs or 0) - len(self.history), 0)
+        return max(total - trainer.global_step, 0) * per_step + epochs_left * evals + test
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_start = time.perf_counter()  # a run resumed mid-epoch starts its epoch here
+        self._say(trainer, "training: the speed and the projected duration follow after the first steps")
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_start = time.perf_counter()
-        self._eval_seconds = 0.0
+        self._eval_seconds, self._last = 0.0, None
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._eval_start = time.perf_counter()
@@ -85,16 +95,19 @@ class TrainingProgress(pl.Callback):
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
             self._eval_seconds += time.perf_counter() - self._eval_start
+        self._last = None  # the next training batch starts a new stretch
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self._start = time.perf_counter()
+        if self._last is None:
+            self._last = time.perf_counter()
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        elapsed = time.perf_counter() - self._start
+        now = time.perf_counter()
+        elapsed, self._last = now - (self._last or now), now
         self._timed_here += 1
         if self._timed_here == 1:
             return  # the first step of a process pays for warm-up; it would skew the projection
@@ -105,8 +118,8 @@ class TrainingProgress(pl.Callback):
             remaining = self._remaining_seconds(trainer, pl_module)
             self._say(
                 trainer,
-                f"speed: {self.images_per_second:.1f} training images/s; projected time to the end of "
-                f"the run: {_duration(remaining)} (ETA {_eta(remaining)})",
+                f"speed: {self.images_per_second:.1f} training images/s; projected time to the end of the "
+                f"run, evaluation included: {_duration(remaining)} (ETA {_eta(remaining)})",
             )
             if remaining > self.slow_warning:
                 self._say(
@@ -114,6 +127,8 @@ class TrainingProgress(pl.Callback):
                 )
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.images_per_second:
+            pl_module.log("train/images_per_s", self.images_per_second, rank_zero_only=True)
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
         eval_name = next((k for k in ("val/acc", "test/acc") if k in metrics), None)
         row: dict[str, float] = {
@@ -160,97 +175,6 @@ def _eta(seconds: float) -> str:
     return (datetime.datetime.now() + datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M")
 
 
-# ---------------------------------------------------------------------- the attention record
-
-
-def _side(backbone: nn.Module) -> int:
-    return backbone.config.grid
-
-
-def locality_queries(side: int) -> Tensor:
-    """The queries every locality number averages over: those at least a quarter of the grid from a border."""
-    return interior_queries(side, side, side // 4)
-
-
-def attention_maps_of(backbone: nn.Module, images: Tensor) -> list[Tensor]:
-    """Per layer ``(B|1, heads, N, N)`` attention probabilities in eval mode; the backbone's mode is kept."""
-    was_training = backbone.training
-    backbone.eval()
-    maps = backbone.attention_maps(images)  # no_grad inside
-    backbone.train(was_training)
-    return maps
-
-
-def locality_snapshot(backbone: nn.Module, images: Tensor, step: int) -> dict[str, Any]:
-    """The locality of every layer now: per head mean distance and peak mass (interior queries), and
-    for Gaussian heads their centres and inverse covariances. Plain lists (checkpoint- and JSON-ready)."""
-    maps = attention_maps_of(backbone, images)  # per layer (B|1, heads, N, N)
-    side = _side(backbone)
-    queries = locality_queries(side)
-    layers = []
-    encodings = backbone.encodings()
-    for probs, encoding in zip(maps, encodings, strict=True):
-        m = locality(probs, side, side, queries=queries)
-        shift, _ = peak_shift(probs, side, side, queries=queries)
-        layer: dict[str, Any] = {
-            "mean_distance": m.mean_distance.tolist(),
-            "peak_mass": m.peak_mass.tolist(),
-            "peak_shift": shift.tolist(),  # each head's most frequent most-attended shift (dy, dx)
-        }
-        gaussians = encoding.head_gaussians() if encoding is not None else None
-        if gaussians is not None:
-            layer["centres"] = gaussians[0].float().cpu().tolist()
-            layer["inverse_covariance"] = gaussians[1].float().cpu().tolist()
-        layers.append(layer)
-    return {"step": step, "layers": layers}
-
-
-def layer_summary(snapshot: dict[str, Any]) -> list[dict[str, float]]:
-    """Per layer: mean attention distance, number of sharp heads (>= 0.5 of their mass on one pixel),
-    the number of distinct taps among them (their peak shifts; rounded centres in records that predate
-    them), the heads' mean mass on one pixel (conv-likeness), and for Gaussian heads the median alpha."""
-    out = []
-    for layer in snapshot["layers"]:
-        sharp = torch.tensor(layer["peak_mass"]) >= SHARP_MASS
-        row = {
-            "mean_distance": sum(layer["mean_distance"]) / len(layer["mean_distance"]),
-            "sharp_heads": int(sharp.sum()),
-            "heads": len(layer["peak_mass"]),
-            "conv_likeness": sum(layer["peak_mass"]) / len(layer["peak_mass"]),
-        }
-        shifts = layer.get("peak_shift")
-        if shifts is None and "centres" in layer:
-            shifts = torch.tensor(layer["centres"]).round().tolist()
-        if shifts is not None:
-            taps = torch.tensor(shifts, dtype=torch.float64).reshape(-1, 2)[sharp]
-            row["sharp_distinct_taps"] = len(torch.unique(taps, dim=0)) if len(taps) else 0
-        if "inverse_covariance" in layer:
-            row["median_alpha"] = float(gaussian_alpha(torch.tensor(layer["inverse_covariance"])).median())
-        out.append(row)
-    return out
-
-
-def _history_tensors(history: list[dict[str, Any]]) -> dict[str, Any]:
-    """Snapshots -> ``(T, layers)`` series and ``(T, layers, heads, ...)`` centre arrays, when consistent."""
-    heads = [[len(layer["peak_mass"]) for layer in s["layers"]] for s in history]
-    out: dict[str, Any] = {"steps": [s["step"] for s in history]}
-    summaries = [layer_summary(s) for s in history]
-    out["mean_distance"] = torch.tensor([[r["mean_distance"] for r in s] for s in summaries])
-    out["sharp_fraction"] = torch.tensor([[r["sharp_heads"] / r["heads"] for r in s] for s in summaries])
-    out["conv_likeness"] = torch.tensor([[r["conv_likeness"] for r in s] for s in summaries])
-    gaussian = all("median_alpha" in r for s in summaries for r in s)
-    out["median_alpha"] = (
-        torch.tensor([[r["median_alpha"] for r in s] for s in summaries]) if gaussian else None
-    )
-    same_heads = all(h == heads[0] and len(set(h)) == 1 for h in heads)
-    if gaussian and same_heads:
-        out["centres"] = torch.tensor([[layer["centres"] for layer in s["layers"]] for s in history])
-        out["inverse_covariance"] = torch.tensor(
-            [[layer["inverse_covariance"] for layer in s["layers"]] for s in history]
-        )
-    return out
-
-
 class AttentionFigures(pl.Callback):
     """The attention record of a run, in TensorBoard.
 
@@ -284,12 +208,14 @@ class AttentionFigures(pl.Callback):
         return None
 
     def _images(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> Tensor:
-        datamodule = getattr(trainer, "datamodule", None)
-        dataset = getattr(datamodule, "val_set", None) or getattr(datamodule, "test_set", None)
-        if dataset is None or not len(dataset):
+        """Validation images (test images under the paper's protocol); one for positional attention."""
+        datamodule = trainer.datamodule
+        if not isinstance(datamodule, CIFAR10DataModule):
             return torch.zeros(1, 3, 32, 32, device=pl_module.device)
         n = self.images if pl_module.backbone.input_dependent else 1  # positional attention: any image
-        return datamodule.normalize(dataset.images[:n].to(pl_module.device))
+        split = "val" if datamodule.val_set is not None and len(datamodule.val_set) else "test"
+        images, _ = datamodule.evaluation_images(n, split=split)
+        return images.to(pl_module.device)
 
     @rank_zero_only
     def _record(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -338,77 +264,3 @@ class AttentionFigures(pl.Callback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.history = list(state_dict["history"])
-
-
-def figures_of(
-    backbone: nn.Module,
-    images: Tensor,
-    *,
-    query: tuple[int, int] | None = None,
-    history: list[dict[str, Any]] | None = None,
-    name: str = "",
-) -> list[tuple[str, Figure | float]]:
-    """Every attention figure and locality scalar of an SA backbone, as ``(tag, value)`` pairs.
-
-    The centre plot and the locality-over-training plot are drawn from ``history`` (the run's own
-    snapshots) and need at least one (two) of them.
-    """
-    maps = attention_maps_of(backbone, images)
-    return figures_of_maps(maps, _side(backbone), query=query, history=history, name=name)
-
-
-def figures_of_maps(
-    maps: list[Tensor],
-    side: int,
-    *,
-    query: tuple[int, int] | None = None,
-    history: list[dict[str, Any]] | None = None,
-    name: str = "",
-) -> list[tuple[str, Figure | float]]:
-    """``figures_of`` from attention maps already computed: per layer ``(B|1, heads, N, N)``, N = side^2."""
-    query = query or (side // 2, side // 2)
-    prefix = f"{name}: " if name else ""
-    averaged = f", mean of {maps[0].shape[0]} images" if maps[0].shape[0] > 1 else ""
-    out: list[tuple[str, Figure | float]] = []
-    for i, m in enumerate(maps):
-        title = f"{prefix}layer {i + 1}, query {query}{averaged}"
-        out.append((f"attention/layer{i + 1}", layer_heads(m, side, side, query, title=title)))
-    out.append(
-        ("attention/grid", attention_grid(maps, side, side, query, title=f"{prefix}query {query}{averaged}"))
-    )
-    if maps[0].shape[0] > 1:  # content attention: one image too
-        single = [m[:1] for m in maps]
-        title = f"{prefix}query {query}, one image"
-        out.append(("attention/grid_single_image", attention_grid(single, side, side, query, title=title)))
-    queries = locality_queries(side)
-    metrics = [locality(m, side, side, queries=queries) for m in maps]
-    for i, metric in enumerate(metrics):
-        out.append((f"locality/layer{i + 1}/mean_distance", float(metric.mean_distance.mean())))
-        out.append((f"locality/layer{i + 1}/radius90", float(metric.radius90.mean())))
-        out.append((f"locality/layer{i + 1}/entropy", float(metric.entropy.mean())))
-        out.append((f"locality/layer{i + 1}/sharp_fraction", float(metric.sharp.float().mean())))
-    if len({m.shape[1] for m in maps}) == 1:
-        distances = torch.stack([m.mean_distance for m in metrics])
-        sharp = torch.stack([m.sharp for m in metrics])
-        out.append(("attention/locality", locality_summary(distances, sharp=sharp, title=name or None)))
-    if history:
-        series = _history_tensors(history)
-        if "centres" in series:
-            centres = centre_plot(
-                series["centres"],
-                inverse_covariance=series["inverse_covariance"],
-                steps=series["steps"],
-                title=name or None,
-            )
-            out.append(("attention/centres", centres))
-        if len(history) >= 2:
-            figure = locality_over_training(
-                series["steps"],
-                series["mean_distance"],
-                series["sharp_fraction"],
-                conv_likeness=series["conv_likeness"],
-                median_alpha=series["median_alpha"],
-                title=f"{prefix}locality over training",
-            )
-            out.append(("attention/locality_over_training", figure))
-    return out

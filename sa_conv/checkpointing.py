@@ -1,13 +1,15 @@
-"""Checkpoints of a run: written atomically, read by one function, resumable exactly, found by config."""
+"""Checkpoints of a run: written atomically, read by one function, resumable exactly (``sa_conv.resume``
+finds the one to resume by config)."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
-from lightning_fabric.utilities.seed import _collect_rng_states, _set_rng_states
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.exceptions import SIGTERMException
@@ -52,9 +54,12 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     return ckpt
 
 
-def run_config_of(ckpt: dict[str, Any]) -> dict[str, Any] | None:
-    """The run config stored in a checkpoint by ``RunConfigRecord`` (None for a checkpoint without one)."""
-    return ckpt.get("run_config")
+def run_config_of(ckpt: dict[str, Any], path: str | Path = "the checkpoint") -> dict[str, Any]:
+    """The run config stored in a checkpoint by ``RunConfigRecord``; ``CheckpointError`` without one."""
+    stored = ckpt.get("run_config")
+    if stored is None:
+        raise CheckpointError(f"{path} holds no run config (not written by experiments.run)")
+    return stored
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -108,15 +113,39 @@ class InterruptCheckpoint(pl.Callback):
             here.unlink()
 
 
+def rng_states() -> dict[str, Any]:
+    """The global RNG states: torch, CUDA (where there is one), numpy, python."""
+    states: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        states["torch.cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    """Restore what ``rng_states`` returned (the CUDA states only where CUDA is)."""
+    torch.set_rng_state(states["torch"])
+    np.random.set_state(states["numpy"])
+    random.setstate(states["python"])
+    if "torch.cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["torch.cuda"])
+
+
 class ResumableRNG(pl.Callback):
     """Saves the global RNG states (torch, CUDA, numpy, python) with every checkpoint and restores them
-    just before the first training batch after a resume, so dropout continues the same stream."""
+    just before the first training batch after a resume, so dropout continues the same stream.
+
+    Lightning keeps these states only in its fault-tolerant internals (no public API), so the callback
+    collects them itself, in the same layout."""
 
     def __init__(self) -> None:
         self._pending: dict[str, Any] | None = None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"rng": _collect_rng_states(include_cuda=torch.cuda.is_available())}
+        return {"rng": rng_states()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._pending = state_dict["rng"]
@@ -125,5 +154,5 @@ class ResumableRNG(pl.Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         if self._pending is not None:
-            _set_rng_states(self._pending)
+            set_rng_states(self._pending)
             self._pending = None

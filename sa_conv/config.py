@@ -9,7 +9,19 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal, Union
 
-__all__ = ["coerce", "config_from_dict", "config_to_dict", "field_types"]
+__all__ = ["coerce", "config_from_dict", "config_to_dict", "field_help", "field_types", "option"]
+
+
+def option(default: Any, help: str) -> Any:
+    """A dataclass field with a default and a one-line help (the flag's --help text)."""
+    if isinstance(default, list | dict | set):
+        raise TypeError("a mutable default needs default_factory")
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+def field_help(cls: type) -> dict[str, str]:
+    """Each field's help text (``option(..., help)``), by name."""
+    return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls)}
 
 
 def field_types(cls: type) -> dict[str, Any]:
@@ -88,9 +100,12 @@ def config_from_dict(cls: type, data: Mapping[str, Any], *, what: str = "config"
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:
-    """A dataclass as plain data (tuples as lists): what YAML and JSON hold."""
+    """A dataclass as plain data (nested dataclasses as mappings, tuples as lists): what YAML and JSON
+    hold."""
 
     def plain(value: Any) -> Any:
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return config_to_dict(value)
         if isinstance(value, tuple | list):
             return [plain(v) for v in value]
         if isinstance(value, dict):

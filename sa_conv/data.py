@@ -14,7 +14,8 @@ every epoch, as the paper's ``train.py`` did.
 Every image is decoded once and held as one ``(N, 3, 32, 32)`` uint8 tensor, so an epoch never
 re-decodes a JPEG. The paper's augmentation (random crop 32 with padding 4, horizontal flip) runs per
 sample but vectorized over the batch in ``on_after_batch_transfer``, i.e. on the training device;
-normalization is ``transforms.v2``.
+normalization divides by 255 and standardizes with constants kept on each device (no host-to-device
+copy per batch, so a training step makes no host sync).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import math
 import urllib.error
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,8 +31,8 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
-from torchvision.transforms import v2
 
+from sa_conv.config import config_to_dict, option
 from sa_conv.files import new_folders_removed_on_error
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "CIFAR10_MEAN",
     "CIFAR10_STD",
     "CIFAR10DataModule",
+    "DataConfig",
     "DataError",
     "Protocol",
     "load_image_folder",
@@ -253,50 +256,72 @@ def synthetic(n: int, *, seed: int, num_classes: int = 10) -> tuple[Tensor, Tens
     return images.round().to(torch.uint8), labels
 
 
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """How a run uses its data: batches, the split protocol, augmentation (what decides its result)."""
+
+    batch_size: int = option(100, "training batch size")
+    protocol: Protocol = option("clean", "clean: hold out val_size images, test once; paper: test each epoch")
+    val_size: int = option(5000, "clean protocol: training images held out for validation")
+    train_subset: int | None = option(None, "train on the first N images of the training split")
+    augment: bool = option(True, "random crop 32 (padding 4) and horizontal flip")
+
+    def __post_init__(self) -> None:
+        checks = [
+            ("batch_size", self.batch_size >= 1, "a positive integer"),
+            ("protocol", self.protocol in ("clean", "paper"), "clean or paper"),
+            ("val_size", self.val_size >= 0, ">= 0"),
+            ("train_subset", self.train_subset is None or self.train_subset >= 1, "a positive integer"),
+        ]
+        for name, ok, expected in checks:
+            if not ok:
+                raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
+
+
 class CIFAR10DataModule(pl.LightningDataModule):
-    """CIFAR-10 train/val/test as in-memory uint8 tensors; augmentation and normalization per batch."""
+    """CIFAR-10 train/val/test as in-memory uint8 tensors; augmentation and normalization per batch.
+
+    Args:
+        config: batches, protocol, validation split, subset, augmentation.
+        data_dir: an ImageFolder tree or a torchvision CIFAR-10 root (``source``).
+        source: ``auto``, ``torchvision``, ``folder`` or ``synthetic`` (module docstring).
+        synthetic_size: training images of the synthetic source.
+        seed: the validation split and the augmentation generator.
+        eval_batch_size: evaluation batches (default: the larger of the batch and 256).
+    """
 
     def __init__(
         self,
+        config: DataConfig | None = None,
         *,
         data_dir: str | Path | None = None,
         source: Source = "auto",
-        batch_size: int = 100,
-        eval_batch_size: int | None = None,
-        val_size: int = 5000,
-        train_subset: int | None = None,
-        protocol: Protocol = "clean",
         synthetic_size: int = 512,
-        augment: bool = True,
         seed: int = 0,
+        eval_batch_size: int | None = None,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters(ignore=["data_dir"])
-        self.hparams["data_dir"] = None if data_dir is None else str(Path(data_dir).resolve())
+        config = config or DataConfig()
         if source not in ("auto", "torchvision", "folder", "synthetic"):
             raise ValueError(f"unknown data source {source!r}")
-        if protocol not in ("clean", "paper"):
-            raise ValueError(f"protocol must be clean or paper, got {protocol!r}")
-        for name, value in (("batch_size", batch_size), ("synthetic_size", synthetic_size)):
-            if value <= 0:
-                raise ValueError(f"{name} must be positive, got {value}")
+        if synthetic_size <= 0:
+            raise ValueError(f"synthetic_size must be positive, got {synthetic_size}")
         if eval_batch_size is not None and eval_batch_size <= 0:
             raise ValueError(f"eval_batch_size must be positive, got {eval_batch_size}")
-        if val_size < 0:
-            raise ValueError(f"val_size must be >= 0, got {val_size}")
-        if train_subset is not None and train_subset <= 0:
-            raise ValueError(f"train_subset must be positive, got {train_subset}")
-        self.protocol = protocol
-        self.data_dir = Path(data_dir) if data_dir is not None else None
-        self.source = source
-        self.batch_size = batch_size
-        self.eval_batch_size = eval_batch_size or max(batch_size, 256)
-        self.val_size, self.train_subset = val_size, train_subset
-        self.synthetic_size, self.augment, self.seed = synthetic_size, augment, seed
-        self.normalize = v2.Compose(
-            [v2.ToDtype(torch.float32, scale=True), v2.Normalize(CIFAR10_MEAN, CIFAR10_STD)]
+        self.config = config
+        resolved = None if data_dir is None else str(Path(data_dir).resolve())
+        self.save_hyperparameters(
+            {"config": config_to_dict(config), "data_dir": resolved, "source": source}
+            | {"synthetic_size": synthetic_size, "seed": seed}
         )
-        self._augment_rng = torch.Generator().manual_seed(seed + 1)  # crops and flips, resumable
+        self.data_dir = Path(data_dir) if data_dir is not None else None
+        self.source, self.synthetic_size, self.seed = source, synthetic_size, seed
+        self.eval_batch_size = eval_batch_size or max(config.batch_size, 256)
+        self._constants: dict[torch.device, tuple[Tensor, Tensor]] = {}  # mean and std on each device
+        # crops and flips: a generator on the batches' device (created at the first batch), resumable
+        self._augment_rng: torch.Generator | None = None
+        self._augment_state: tuple[str, Tensor] | None = None  # a resumed state, for the device it was on
+        self._train_sampler: ResumableBatchSampler | None = None  # the one Lightning iterates
         self.train_set: TensorImages | None = None
         self.val_set: TensorImages | None = None
         self.test_set: TensorImages | None = None
@@ -333,10 +358,10 @@ class CIFAR10DataModule(pl.LightningDataModule):
         images, labels = self._load("train")
         order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(self.seed))
         # the paper's protocol trains on every image; a small (synthetic) set keeps 4/5 for training
-        val_size = 0 if self.protocol == "paper" else min(self.val_size, len(labels) // 5)
+        val_size = 0 if self.config.protocol == "paper" else min(self.config.val_size, len(labels) // 5)
         val_idx, train_idx = order[:val_size], order[val_size:]
-        if self.train_subset is not None:
-            train_idx = train_idx[: self.train_subset]
+        if self.config.train_subset is not None:
+            train_idx = train_idx[: self.config.train_subset]
         self.train_set = TensorImages(images[train_idx], labels[train_idx])
         self.val_set = TensorImages(images[val_idx], labels[val_idx])
         self.test_set = TensorImages(*self._load("test"))
@@ -346,7 +371,7 @@ class CIFAR10DataModule(pl.LightningDataModule):
         trainer = self.trainer
         sampler = ResumableBatchSampler(
             len(dataset),
-            self.batch_size if train else self.eval_batch_size,
+            self.config.batch_size if train else self.eval_batch_size,
             shuffle=train,
             seed=self.seed,
             rank=trainer.global_rank if trainer is not None else 0,
@@ -358,12 +383,20 @@ class CIFAR10DataModule(pl.LightningDataModule):
             dataset, batch_sampler=sampler, collate_fn=_whole_batch, generator=torch.Generator()
         )
 
+    def train_batches(self, world_size: int = 1) -> int:
+        """Training batches of one epoch on each of ``world_size`` ranks (what the loader yields)."""
+        self.setup()
+        per_rank = math.ceil(len(self.train_set) / world_size)
+        return math.ceil(per_rank / self.config.batch_size)
+
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, train=True)
+        loader = self._loader(self.train_set, train=True)
+        self._train_sampler = loader.batch_sampler  # its position advances as batches are used
+        return loader
 
     def val_dataloader(self) -> DataLoader:
         """The held-out split, or the test split under the paper's protocol."""
-        return self._loader(self.test_set if self.protocol == "paper" else self.val_set, train=False)
+        return self._loader(self.test_set if self.config.protocol == "paper" else self.val_set, train=False)
 
     def test_dataloader(self) -> DataLoader:
         return self._loader(self.test_set, train=False)
@@ -373,16 +406,47 @@ class CIFAR10DataModule(pl.LightningDataModule):
     ) -> tuple[Tensor, Tensor]:
         images, labels = batch  # uint8 (B, 3, 32, 32) on the training device
         if self.trainer is not None and self.trainer.training:
-            loader = self.trainer.train_dataloader  # the loader Lightning iterates
-            if isinstance(loader, ResumableDataLoader):
-                loader.batch_sampler.consumed += 1  # this batch is used now (the loader may run ahead)
-            if self.augment:
-                images = random_crop_flip(images, generator=self._augment_rng)
+            if self._train_sampler is not None:
+                self._train_sampler.consumed += 1  # this batch is used now (the loader may run ahead)
+            if self.config.augment:
+                images = random_crop_flip(images, generator=self._generator(images.device))
         return self.normalize(images), labels
+
+    def normalize(self, images: Tensor) -> Tensor:
+        """uint8 images ``(B, 3, H, W)`` -> float32, scaled to [0, 1] and standardized (the paper's)."""
+        if images.device not in self._constants:
+            shape = (1, 3, 1, 1)
+            mean = torch.tensor(CIFAR10_MEAN).view(shape).to(images.device)
+            std = torch.tensor(CIFAR10_STD).view(shape).to(images.device)
+            self._constants[images.device] = (mean, std)
+        mean, std = self._constants[images.device]
+        return (images.float() / 255 - mean) / std
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        """The augmentation generator on ``device``: seeded from the run's seed, or the resumed state
+        where it was saved on the same kind of device (a CPU and a CUDA generator are different
+        algorithms: a run resumed on another kind of device draws other crops from there on)."""
+        if self._augment_rng is None or self._augment_rng.device != device:
+            self._augment_rng = torch.Generator(device=device).manual_seed(self.seed + 1)
+            if self._augment_state is not None and self._augment_state[0] == device.type:
+                self._augment_rng.set_state(self._augment_state[1])
+            self._augment_state = None
+        return self._augment_rng
+
+    def evaluation_images(self, n: int | None = None, *, split: str = "test") -> tuple[Tensor, Tensor]:
+        """The first ``n`` images of a split (``test`` or ``val``), normalized, and their labels."""
+        self.setup()
+        dataset = self.test_set if split == "test" else self.val_set
+        return self.normalize(dataset.images[:n]), dataset.labels[:n]
 
     def state_dict(self) -> dict[str, Any]:
         """The augmentation generator (Lightning stores it in checkpoints, so resumes crop alike)."""
-        return {"augment_rng": self._augment_rng.get_state()}
+        if self._augment_rng is None:  # no batch yet: the state a first batch would start from
+            rng = self._augment_state or ("cpu", torch.Generator().manual_seed(self.seed + 1).get_state())
+            return {"augment_rng": rng[1], "augment_device": rng[0]}
+        return {"augment_rng": self._augment_rng.get_state(), "augment_device": self._augment_rng.device.type}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._augment_rng.set_state(state_dict["augment_rng"])
+        # checkpoints written before the generator moved to the device hold a CPU state
+        self._augment_state = (state_dict.get("augment_device", "cpu"), state_dict["augment_rng"])
+        self._augment_rng = None

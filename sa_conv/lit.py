@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -13,25 +15,50 @@ import torch.nn.functional as F
 from torch import Tensor
 from torchmetrics.classification import MulticlassAccuracy
 
-from sa_conv import __version__
+from sa_conv import __version__, models
 from sa_conv.checkpointing import CheckpointError, read_checkpoint
-from sa_conv.models import create_model
+from sa_conv.config import config_from_dict, config_to_dict, option
+from sa_conv.data import CIFAR10DataModule
+from sa_conv.models import ResNetConfig, SAConfig
 
-__all__ = ["ImageClassifier", "Schedule", "lr_factor"]
+__all__ = ["ImageClassifier", "OptimConfig", "Schedule", "lr_factor"]
 
 
 Schedule = Literal["warmup-cosine", "multistep"]
+SCHEDULES: tuple[str, ...] = typing.get_args(Schedule)
 
 
-def lr_factor(
-    step: int,
-    total: int,
-    *,
-    schedule: Schedule,
-    warmup: float = 0.05,
-    milestones: tuple[float, ...] = (80 / 300, 150 / 300, 250 / 300),
-    gamma: float = 0.1,
-) -> float:
+@dataclass(frozen=True, kw_only=True)
+class OptimConfig:
+    """The optimizer and its learning-rate schedule; the defaults are the paper's run.sh."""
+
+    lr: float = option(0.1, "SGD learning rate (the peak, after the warm-up)")
+    momentum: float = option(0.9, "SGD momentum")
+    weight_decay: float = option(1e-4, "weight decay (parameters a model exempts, e.g. centres, get none)")
+    schedule: Schedule = option("warmup-cosine", "warmup-cosine, stepped per step; or multistep")
+    warmup: float = option(0.05, "warmup-cosine: fraction of the steps with a linear warm-up")
+    milestones: tuple[float, ...] = option(
+        (80 / 300, 150 / 300, 250 / 300), "multistep: fractions of training where the lr drops"
+    )
+    gamma: float = option(0.1, "multistep: lr factor at each milestone")
+
+    def __post_init__(self) -> None:
+        checks = [
+            ("lr", 0 < self.lr < math.inf, "positive and finite"),
+            ("momentum", 0 <= self.momentum < 1, "in [0, 1)"),
+            ("weight_decay", 0 <= self.weight_decay < math.inf, ">= 0 and finite"),
+            ("schedule", self.schedule in SCHEDULES, " or ".join(SCHEDULES)),
+            ("warmup", 0 <= self.warmup < 1, "in [0, 1)"),
+            ("milestones", all(0 < m < 1 for m in self.milestones), "fractions of training in (0, 1)"),
+            ("milestones", list(self.milestones) == sorted(self.milestones), "in increasing order"),
+            ("gamma", 0 < self.gamma <= 1, "in (0, 1]"),
+        ]
+        for name, ok, expected in checks:
+            if not ok:
+                raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
+
+
+def lr_factor(step: int, total: int, optim: OptimConfig) -> float:
     """Multiplier of the base learning rate at optimizer step ``step`` of ``total``.
 
     ``warmup-cosine``: linear warm-up over the first ``warmup`` fraction, then cosine to zero (the
@@ -39,43 +66,65 @@ def lr_factor(
     (epochs 80, 150, 250 of 300 for the paper's ResNet18).
     """
     total = max(total, 1)
-    if schedule == "multistep":
-        return gamma ** sum(step >= round(m * total) for m in milestones)
-    warm = max(round(warmup * total), 1)
+    if optim.schedule == "multistep":
+        return optim.gamma ** sum(step >= round(m * total) for m in optim.milestones)
+    warm = max(round(optim.warmup * total), 1)
     if step < warm:
         return (step + 1) / warm
     progress = (step - warm) / max(total - warm, 1)
     return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
 
 
-class ImageClassifier(pl.LightningModule):
-    """Image classification over a backbone from the model registry (rebuilt from the checkpoint).
+FINITE_CHECK_EVERY = 50  # training steps between two checks of the loss (each one a host sync)
 
-    ``val_name`` names the validation loop's metrics: ``val`` for a held-out split, ``test`` when the
-    validation loop runs on the test split every epoch (the paper's protocol).
+# what checkpoints written before OptimConfig held: its fields flat among the hyper-parameters
+_LEGACY_OPTIM = ("lr", "momentum", "weight_decay", "schedule", "warmup", "milestones", "gamma")
+
+
+class ImageClassifier(pl.LightningModule):
+    """Image classification over a backbone of the model registry; cross-entropy, accuracy per stage,
+    SGD with the schedule of ``optim``.
+
+    Args:
+        model: a name of ``sa_conv.models.MODELS``.
+        model_config: the model's config object (or its plain data, as a checkpoint holds it).
+        optim: the optimizer and schedule (or its plain data).
+        val_name: the validation loop's metric prefix: ``val`` for a held-out split, ``test`` when it runs
+            on the test split every epoch (the paper's protocol).
+
+    The hyper-parameters (what a checkpoint needs to rebuild the module) are plain data.
     """
 
     def __init__(
         self,
         *,
         model: str,
-        model_config: Mapping[str, Any] | None = None,
-        num_classes: int = 10,
-        lr: float = 0.1,
-        momentum: float = 0.9,
-        weight_decay: float = 1e-4,
-        schedule: Schedule = "warmup-cosine",
-        warmup: float = 0.05,
-        milestones: tuple[float, ...] = (80 / 300, 150 / 300, 250 / 300),
-        gamma: float = 0.1,
+        model_config: SAConfig | ResNetConfig | Mapping[str, Any] | None = None,
+        optim: OptimConfig | Mapping[str, Any] | None = None,
         val_name: str = "val",
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
-        self.backbone = create_model(model, **dict(model_config or {}))
-        self.train_acc = MulticlassAccuracy(num_classes, average="micro")
-        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
-        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+        if not isinstance(model_config, SAConfig | ResNetConfig):
+            model_config = models.model_config(model, **dict(model_config or {}))
+        if not isinstance(optim, OptimConfig):
+            optim = config_from_dict(OptimConfig, dict(optim or {}), what="the optimizer config")
+        self.model_config, self.optim = model_config, optim
+        self.save_hyperparameters(
+            {
+                "model": model,
+                "model_config": config_to_dict(model_config),
+                "optim": config_to_dict(optim),
+                "val_name": val_name,
+            }
+        )
+        self.backbone = models.MODELS[model].build(model_config)
+        classes = model_config.num_classes
+        # the training metric skips its input checks: they read values back to the host every step
+        self.train_acc = MulticlassAccuracy(classes, average="micro", validate_args=False)
+        self.val_acc = MulticlassAccuracy(classes, average="micro")
+        self.test_acc = MulticlassAccuracy(classes, average="micro")
+        # (step, loss) of the first non-finite training loss; step -1: none yet
+        self.register_buffer("_nonfinite", torch.tensor([-1.0, 0.0]), persistent=False)
 
     def forward(self, images: Tensor) -> Tensor:
         return self.backbone(images)
@@ -84,7 +133,10 @@ class ImageClassifier(pl.LightningModule):
     def from_checkpoint(cls, checkpoint: str | Path | dict[str, Any]) -> ImageClassifier:
         """Rebuild the module from a checkpoint path, or from its already-read ``read_checkpoint`` dict."""
         ckpt = checkpoint if isinstance(checkpoint, dict) else read_checkpoint(checkpoint)
-        hparams = ckpt["hyper_parameters"]
+        hparams = dict(ckpt["hyper_parameters"])
+        if "optim" not in hparams:  # written before OptimConfig: the optimizer's fields were flat
+            hparams["optim"] = {k: hparams.pop(k) for k in _LEGACY_OPTIM if k in hparams}
+            hparams.pop("num_classes", None)  # the model config's own
         try:
             module = cls(**hparams)
             module.load_state_dict(ckpt["state_dict"])
@@ -96,26 +148,45 @@ class ImageClassifier(pl.LightningModule):
         return module
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.check_finite()  # a state after a NaN loss is never saved: the last good checkpoint stays
         checkpoint["sa_conv_version"] = __version__
 
     def _step(self, batch: tuple[Tensor, Tensor], stage: str, name: str) -> Tensor:
         images, labels = batch
         logits = self(images)
         loss = F.cross_entropy(logits, labels)
-        if stage == "train" and not torch.isfinite(loss):
-            raise FloatingPointError(f"training loss became {loss.item()} at step {self.global_step}")
-        metric = getattr(self, f"{stage}_acc")
+        metric = {"train": self.train_acc, "val": self.val_acc, "test": self.test_acc}[stage]
         metric(logits, labels)
         train = stage == "train"
         # train/loss: the epoch mean, with the per-step curve beside it as train/loss_step
         self.log(f"{name}/loss", loss, on_step=False, on_epoch=True, sync_dist=not train)
         if train:
-            self.log("train/loss_step", loss, on_step=True, on_epoch=False, prog_bar=True)
+            self.log("train/loss_step", loss, on_step=True, on_epoch=False)
         self.log(f"{name}/acc", metric, on_step=False, on_epoch=True, prog_bar=stage != "test")
         return loss
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        return self._step(batch, "train", "train")
+        loss = self._step(batch, "train", "train")
+        # the first non-finite loss and its step, kept on the device: no host sync in the step
+        first = (self._nonfinite[0] < 0) & ~torch.isfinite(loss.detach())
+        record = torch.stack([torch.full_like(self._nonfinite[0], self.global_step), loss.detach().float()])
+        self._nonfinite.copy_(torch.where(first, record, self._nonfinite))
+        if (self.global_step + 1) % FINITE_CHECK_EVERY == 0:
+            self.check_finite()
+        return loss
+
+    def check_finite(self) -> None:
+        """``FloatingPointError`` naming the step where the training loss first became NaN or inf
+        (a host sync: every ``FINITE_CHECK_EVERY`` steps, at epoch ends and before any checkpoint)."""
+        step, value = self._nonfinite.tolist()
+        if step >= 0:
+            raise FloatingPointError(f"training loss became {value} at step {int(step)}")
+
+    def on_train_epoch_end(self) -> None:
+        self.check_finite()
+
+    def on_train_end(self) -> None:
+        self.check_finite()
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         self._step(batch, "val", self.hparams.val_name)
@@ -129,7 +200,7 @@ class ImageClassifier(pl.LightningModule):
         params = [(n, p) for n, p in self.backbone.named_parameters() if p.requires_grad]
         decay = [p for n, p in params if n not in exempt]
         no_decay = [p for n, p in params if n in exempt]
-        groups = [{"params": decay, "weight_decay": self.hparams.weight_decay, "name": "decay"}]
+        groups = [{"params": decay, "weight_decay": self.optim.weight_decay, "name": "decay"}]
         if no_decay:
             groups.append({"params": no_decay, "weight_decay": 0.0, "name": "no_decay"})
         return groups
@@ -139,14 +210,14 @@ class ImageClassifier(pl.LightningModule):
 
         The same number as ``trainer.estimated_stepping_batches``, which we do not call: it builds the
         fit loop's training loader before a resumed checkpoint's loader position is restored, and that
-        loader then restarts its epoch from the first batch. With a data module we count from a
-        separate loader instead.
+        loader then restarts its epoch from the first batch. Our data module counts its batches without
+        building a loader.
         """
         trainer = self.trainer
         datamodule = trainer.datamodule
-        if datamodule is None:
+        if not isinstance(datamodule, CIFAR10DataModule):
             return int(trainer.estimated_stepping_batches)
-        batches = len(datamodule.train_dataloader())
+        batches = datamodule.train_batches(trainer.world_size)
         limit = trainer.limit_train_batches
         batches = min(batches, limit) if isinstance(limit, int) else int(batches * limit)
         epochs = (
@@ -160,20 +231,10 @@ class ImageClassifier(pl.LightningModule):
         return max(int(total), 1)
 
     def configure_optimizers(self) -> dict[str, Any]:
-        hp = self.hparams
-        optimizer = torch.optim.SGD(self.parameter_groups(), lr=hp.lr, momentum=hp.momentum)
+        optim = self.optim
+        optimizer = torch.optim.SGD(self.parameter_groups(), lr=optim.lr, momentum=optim.momentum)
         total = self.total_steps()
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer,
-            lambda step: lr_factor(
-                step,
-                total,
-                schedule=hp.schedule,
-                warmup=hp.warmup,
-                milestones=tuple(hp.milestones),
-                gamma=hp.gamma,
-            ),
-        )
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, total, optim))
         # TensorBoard: lr (one group), or lr/decay and lr/no_decay
         return {
             "optimizer": optimizer,

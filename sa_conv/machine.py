@@ -14,10 +14,12 @@ import torch
 
 __all__ = [
     "PRECISIONS",
+    "check_devices",
     "cpu_flags",
     "cpu_has_native_bf16",
     "cpu_name",
     "hardware",
+    "peak_flops",
     "resolve_precision",
 ]
 
@@ -71,6 +73,31 @@ def resolve_precision(precision: str, accelerator: str) -> str:
     if _uses_gpu(accelerator):
         return "bf16-mixed"
     return "bf16-mixed" if cpu_has_native_bf16() else "32-true"
+
+
+def check_devices(accelerator: str, devices: int | str) -> None:
+    """More devices than the machine has: one clear error instead of a hang or a process storm."""
+    if not isinstance(devices, int):
+        return
+    gpu = accelerator in ("gpu", "cuda")
+    if gpu and not torch.cuda.is_available():
+        raise ValueError(f"accelerator {accelerator}: this machine has no GPU")
+    gpu = gpu or (accelerator == "auto" and torch.cuda.is_available())
+    available = torch.cuda.device_count() if gpu else (os.cpu_count() or 1)
+    if devices > available:
+        raise ValueError(f"devices {devices}: this machine has {available} {'GPUs' if gpu else 'CPU cores'}")
+
+
+def peak_flops(device: torch.device, precision: str) -> float | None:
+    """The device's dense matrix-product peak in FLOP/s for ``precision`` (bf16 for ``bf16-mixed``;
+    TF32 or float32 for ``32-true``, as the float32 matmul precision says), from Lightning's table of
+    GPUs; None on a CPU or an unknown GPU."""
+    if device.type != "cuda":
+        return None
+    from lightning_fabric.utilities.throughput import get_available_flops
+
+    dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision, torch.float32)
+    return get_available_flops(device, dtype)
 
 
 def hardware() -> dict[str, Any]:

@@ -9,8 +9,10 @@ import yaml
 
 from experiments import convert, evaluate, run
 from experiments.cli import main_guard
+from sa_conv.data import DataConfig
+from sa_conv.lit import OptimConfig
 from sa_conv.models import MODELS
-from sa_conv.training import RunConfig, RunOptions
+from sa_conv.run_config import RunConfig, RunOptions
 
 TINY = ["--scale", "tiny", "--layers", "1", "--hidden", "16", "--heads", "4", "--epochs", "1"]
 
@@ -44,7 +46,7 @@ def test_run_writes_everything(synthetic_run):
     ckpts = {p.name for p in (synthetic_run / "checkpoints").iterdir()}
     assert "last.ckpt" in ckpts and any(name.startswith("best-") for name in ckpts)
     metrics = json.loads((synthetic_run / "metrics.json").read_text())
-    assert metrics["model"] == "quadratic" and metrics["params"] > 0 and metrics["flops_per_image"] > 0
+    assert metrics["model"] == "quadratic" and metrics["params"] > 0 and metrics["train_flops_per_image"] > 0
     assert 0.0 <= metrics["test_acc"] <= 1.0 and metrics["train_images_per_s"] > 0
     model_config = metrics["config"]["model_config"]
     assert (model_config["layers"], model_config["hidden"], model_config["heads"]) == (1, 16, 4)
@@ -89,9 +91,10 @@ def test_print_config_round_trips_through_config(tmp_path, capsys):
     assert code == 0
     printed = RunConfig.from_dict(yaml.safe_load(out))
     assert printed == RunConfig(
-        model="learned", scale="small", model_config={**printed.model_config}, lr=0.05, epochs=15
+        model="learned", scale="small", model_config=printed.model_config, optim={"lr": 0.05}, epochs=15
     )
-    assert printed.model_config["heads"] == 16 and printed.model_config["hidden"] == 64
+    assert printed.model_config.heads == 16 and printed.model_config.hidden == 64
+    assert yaml.safe_load(out)["optim"]["lr"] == 0.05  # one mapping per part of the config
     path = tmp_path / "c.yaml"
     path.write_text(out)
     code, again, _ = call(run, ["--config", str(path), "--print-config"], capsys)
@@ -108,7 +111,9 @@ def test_every_config_field_is_a_flag(model):
     parser = run.build_parser(base)
     flags = {s for action in parser._actions for s in action.option_strings}
     family = MODELS[model].family
-    for cls, skip in ((family, ()), (RunConfig, ("model", "scale", "model_config")), (RunOptions, ())):
+    top = ("model", "scale", "model_config", "optim", "data")
+    parts = ((family, ()), (RunConfig, top), (OptimConfig, ()), (DataConfig, ()), (RunOptions, ()))
+    for cls, skip in parts:
         for field in dataclasses.fields(cls):
             if field.name not in skip:
                 assert "--" + field.name.replace("_", "-") in flags, (cls.__name__, field.name)
@@ -127,7 +132,10 @@ def test_help_shows_the_presets_values(capsys):
         (["vit"], "unknown model 'vit'; valid models: resnet18"),
         (["quadratic", "--scale", "huge"], "unknown scale 'huge'"),
         (["quadratic", "--heads", "0"], "heads must be a positive integer"),
-        (["resnet18", "--heads", "4"], "resnet18 has no option --heads (it is an option of quadratic)"),
+        (["resnet18", "--heads", "4"], "resnet18 has no option --heads (it is an option of every SA model"),
+        (["quadratic", "--width", "4"], "quadratic has no option --width (it is an option of resnet18)"),
+        (["quadratic", "--conv-kernel", "5"], "conv_kernel is an option of attention='mixed'"),
+        (["quadratic", "--window", "3"], "window is an option of encoding='composite'"),
         (["quadratic", "--epochs", "0"], "epochs must be a positive integer"),
         (["quadratic", "--train-subset", "-5"], "train_subset must be a positive integer"),
         (["quadratic", "--val-size", "-10"], "val_size must be >= 0"),
@@ -173,6 +181,8 @@ def test_run_bad_config_files(tmp_path, capsys):
             "model: quadratic\nmodel_config: {dropout: '0.1'}\n",
             "dropout must be a number",
         ),
+        "misplaced.yaml": ("model: quadratic\nheads: 16\n", "heads: it belongs under model_config"),
+        "misspelled.yaml": ("model: quadratic\nmodel_config: {heds: 16}\n", "has no option heds"),
     }
     for name, (text, match) in cases.items():
         path = tmp_path / name
@@ -188,7 +198,7 @@ def test_run_bad_config_files(tmp_path, capsys):
     lists.write_text("model: quadratic\nlr: 1\nmodel_config: {layers: 2, layer_heads: [3, 4]}\n")
     code, out, _ = call(run, ["--config", str(lists), "--print-config"], capsys)
     config = RunConfig.from_dict(yaml.safe_load(out))
-    assert code == 0 and config.model_config["layer_heads"] == (3, 4) and config.lr == 1.0
+    assert code == 0 and config.model_config.layer_heads == (3, 4) and config.optim.lr == 1.0
 
 
 def test_flags_before_the_model_and_word_values(capsys):

@@ -1,3 +1,4 @@
+import dataclasses
 import urllib.error
 
 import pytest
@@ -8,11 +9,19 @@ from torchvision.transforms.v2 import functional as TF
 from sa_conv.data import (
     CIFAR10_CLASSES,
     CIFAR10DataModule,
+    DataConfig,
     DataError,
     load_image_folder,
     load_torchvision,
     random_crop_flip,
 )
+
+
+def data_module(**kwargs) -> CIFAR10DataModule:
+    """The data module with ``kwargs``: DataConfig's fields go into its config, the rest are its own."""
+    fields = {f.name for f in dataclasses.fields(DataConfig)}
+    config = DataConfig(**{k: kwargs.pop(k) for k in list(kwargs) if k in fields})
+    return CIFAR10DataModule(config, **kwargs)
 
 
 def test_random_crop_flip_equals_per_image_torchvision():
@@ -30,11 +39,11 @@ def test_random_crop_flip_equals_per_image_torchvision():
 
 
 def test_synthetic_module_splits_and_normalizes():
-    dm = CIFAR10DataModule(source="synthetic", synthetic_size=200, batch_size=32, val_size=40, seed=1)
+    dm = data_module(source="synthetic", synthetic_size=200, batch_size=32, val_size=40, seed=1)
     dm.setup()
     assert (len(dm.train_set), len(dm.val_set)) == (160, 40)
     assert dm.train_set.images.dtype == torch.uint8
-    dm2 = CIFAR10DataModule(source="synthetic", synthetic_size=200, batch_size=32, val_size=40, seed=1)
+    dm2 = data_module(source="synthetic", synthetic_size=200, batch_size=32, val_size=40, seed=1)
     dm2.setup()
     torch.testing.assert_close(dm.val_set.labels, dm2.val_set.labels)  # fixed-seed split
     images, labels = next(iter(dm.train_dataloader()))
@@ -61,7 +70,7 @@ def test_image_folder_decodes_once_to_uint8(tmp_path):
     assert images.shape == (20, 3, 32, 32) and images.dtype == torch.uint8
     assert labels.tolist() == [c for c in range(10) for _ in range(2)]
     assert abs(int(images[6, 0, 5, 5]) - 60) <= 2  # class 3, image 0: value 60 (JPEG rounding)
-    dm = CIFAR10DataModule(data_dir=tmp_path, batch_size=4, val_size=2)
+    dm = data_module(data_dir=tmp_path, batch_size=4, val_size=2)
     assert dm.resolved_source() == "folder"
 
 
@@ -106,7 +115,7 @@ def test_corrupt_torchvision_copy(tmp_path):
 
 
 def test_real_cifar_folder(cifar_dir):
-    dm = CIFAR10DataModule(data_dir=cifar_dir, batch_size=100, val_size=1000, train_subset=2000)
+    dm = data_module(data_dir=cifar_dir, batch_size=100, val_size=1000, train_subset=2000)
     dm.setup()
     assert (len(dm.train_set), len(dm.val_set), len(dm.test_set)) == (2000, 1000, 2000)
     counts = torch.bincount(dm.test_set.labels, minlength=10)
@@ -120,8 +129,8 @@ def test_real_cifar_folder(cifar_dir):
     ("kwargs", "match"),
     [
         ({"val_size": -10}, "val_size must be >= 0"),
-        ({"train_subset": 0}, "train_subset must be positive"),
-        ({"batch_size": 0}, "batch_size must be positive"),
+        ({"train_subset": 0}, "train_subset must be a positive integer"),
+        ({"batch_size": 0}, "batch_size must be a positive integer"),
         ({"eval_batch_size": -1}, "eval_batch_size must be positive"),
         ({"protocol": "kaggle"}, "protocol must be clean or paper"),
         ({"source": "ftp"}, "unknown data source"),
@@ -129,14 +138,12 @@ def test_real_cifar_folder(cifar_dir):
 )
 def test_bad_data_options(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        CIFAR10DataModule(**{"source": "synthetic", **kwargs})
+        data_module(**{"source": "synthetic", **kwargs})
 
 
 def test_the_papers_protocol_trains_on_everything_and_validates_on_the_test_split():
-    clean = CIFAR10DataModule(source="synthetic", synthetic_size=200, val_size=40, batch_size=50)
-    paper = CIFAR10DataModule(
-        source="synthetic", synthetic_size=200, val_size=40, batch_size=50, protocol="paper"
-    )
+    clean = data_module(source="synthetic", synthetic_size=200, val_size=40, batch_size=50)
+    paper = data_module(source="synthetic", synthetic_size=200, val_size=40, batch_size=50, protocol="paper")
     for dm in (clean, paper):
         dm.setup()
     assert (len(clean.train_set), len(clean.val_set)) == (160, 40)
@@ -148,13 +155,13 @@ def test_the_papers_protocol_trains_on_everything_and_validates_on_the_test_spli
 def test_the_order_is_drawn_when_the_first_batch_is_taken():
     """Lightning may create the training iterator before it sets the epoch (a resume from an epoch end):
     the batches must follow the epoch set before the first batch is drawn."""
-    dm = CIFAR10DataModule(source="synthetic", synthetic_size=100, val_size=20, batch_size=16)
+    dm = data_module(source="synthetic", synthetic_size=100, val_size=20, batch_size=16)
     dm.setup()
     loader = dm.train_dataloader()
     early = iter(loader)  # created during epoch 0 ...
     loader.batch_sampler.set_epoch(1)  # ... then the epoch is set
     first = next(early)[1]
-    fresh = CIFAR10DataModule(source="synthetic", synthetic_size=100, val_size=20, batch_size=16)
+    fresh = data_module(source="synthetic", synthetic_size=100, val_size=20, batch_size=16)
     fresh.setup()
     expected = fresh.train_dataloader()
     expected.batch_sampler.set_epoch(1)
@@ -164,7 +171,7 @@ def test_the_order_is_drawn_when_the_first_batch_is_taken():
 
 
 def test_creating_a_loader_iterator_leaves_the_global_rng_alone():
-    dm = CIFAR10DataModule(source="synthetic", synthetic_size=100, val_size=20, batch_size=16)
+    dm = data_module(source="synthetic", synthetic_size=100, val_size=20, batch_size=16)
     dm.setup()
     state = torch.get_rng_state()
     iter(dm.train_dataloader())

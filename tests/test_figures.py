@@ -15,7 +15,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from experiments import figures, run
 from experiments.cli import main_guard
-from sa_conv.callbacks import figures_of, layer_summary
+from sa_conv.analysis import figures_of, layer_summary
 from sa_conv.checkpointing import read_checkpoint
 from sa_conv.encodings import QuadraticEncoding
 from sa_conv.lit import ImageClassifier

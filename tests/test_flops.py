@@ -9,7 +9,7 @@ from torch import nn
 
 from experiments.presets import preset
 from sa_conv.flops import analytic_flops, attention_path, counted_flops
-from sa_conv.models import MODELS, create_model, model_config
+from sa_conv.models import MODELS, create_model
 
 PASSES = ("forward", "forward+backward")
 
@@ -17,9 +17,8 @@ PASSES = ("forward", "forward+backward")
 @pytest.mark.parametrize("scale", ["tiny", "small6", "paper"])
 @pytest.mark.parametrize("name", list(MODELS))
 def test_counted_equals_analytic_within_2_percent(name: str, scale: str) -> None:
-    overrides = preset(name, scale).model_config
-    model = create_model(name, **overrides)
-    config = model_config(name, **overrides)
+    config = preset(name, scale).model_config
+    model = MODELS[name].build(config)
     for training in (True, False):
         for passes in PASSES:
             counted = counted_flops(model, training=training, passes=passes)

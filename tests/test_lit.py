@@ -2,9 +2,11 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from sa_conv.data import CIFAR10DataModule
-from sa_conv.lit import ImageClassifier, lr_factor
+from sa_conv.data import CIFAR10DataModule, DataConfig
+from sa_conv.lit import ImageClassifier, OptimConfig, lr_factor
 from sa_conv.models import MODELS
+
+COSINE, STEPS = OptimConfig(schedule="warmup-cosine"), OptimConfig(schedule="multistep")
 
 SMALL = {
     "resnet18": {"width": 8},
@@ -18,19 +20,17 @@ SMALL = {
 
 def test_warmup_cosine_schedule():
     total = 1000
-    assert lr_factor(0, total, schedule="warmup-cosine") == pytest.approx(1 / 50)
-    assert lr_factor(24, total, schedule="warmup-cosine") == pytest.approx(0.5)
-    assert lr_factor(49, total, schedule="warmup-cosine") == pytest.approx(1.0)
-    assert lr_factor(50, total, schedule="warmup-cosine") == pytest.approx(1.0)
-    assert lr_factor(525, total, schedule="warmup-cosine") == pytest.approx(0.5)
-    assert lr_factor(999, total, schedule="warmup-cosine") == pytest.approx(0.0, abs=1e-4)
+    assert lr_factor(0, total, COSINE) == pytest.approx(1 / 50)
+    assert lr_factor(24, total, COSINE) == pytest.approx(0.5)
+    assert lr_factor(49, total, COSINE) == pytest.approx(1.0)
+    assert lr_factor(50, total, COSINE) == pytest.approx(1.0)
+    assert lr_factor(525, total, COSINE) == pytest.approx(0.5)
+    assert lr_factor(999, total, COSINE) == pytest.approx(0.0, abs=1e-4)
 
 
 def test_multistep_schedule_matches_paper_epochs():
     steps_per_epoch, total = 500, 300 * 500  # batch 100 on 50k images, 300 epochs
-    factor = [
-        lr_factor(e * steps_per_epoch, total, schedule="multistep") for e in (0, 79, 80, 149, 150, 249, 250)
-    ]
+    factor = [lr_factor(e * steps_per_epoch, total, STEPS) for e in (0, 79, 80, 149, 150, 249, 250)]
     assert factor == pytest.approx([1, 1, 0.1, 0.1, 0.01, 0.01, 0.001])
 
 
@@ -56,9 +56,9 @@ class LossRecorder(pl.Callback):
 @pytest.mark.parametrize("name", list(MODELS))
 def test_every_model_trains_and_its_loss_falls(name):
     pl.seed_everything(0, verbose=False)
-    module = ImageClassifier(model=name, model_config=SMALL[name], lr=0.1)
+    module = ImageClassifier(model=name, model_config=SMALL[name], optim=OptimConfig(lr=0.1))
     # 40 images: 8 for validation, the other 32 are one batch, the same images every step
-    dm = CIFAR10DataModule(source="synthetic", synthetic_size=40, batch_size=32, augment=False)
+    dm = CIFAR10DataModule(DataConfig(batch_size=32, augment=False), source="synthetic", synthetic_size=40)
     recorder = LossRecorder()
     trainer = pl.Trainer(
         max_steps=30,
@@ -79,7 +79,7 @@ def test_nan_loss_stops_with_the_step():
     module = ImageClassifier(model="quadratic", model_config=SMALL["quadratic"])
     with torch.no_grad():
         module.backbone.head.bias.fill_(float("nan"))
-    dm = CIFAR10DataModule(source="synthetic", synthetic_size=64, batch_size=16)
+    dm = CIFAR10DataModule(DataConfig(batch_size=16), source="synthetic", synthetic_size=64)
     trainer = pl.Trainer(
         max_steps=3,
         logger=False,
@@ -97,7 +97,7 @@ def test_nan_loss_stops_with_the_step():
 )
 def test_total_steps_equals_lightnings_estimate(epochs, max_steps, limit):
     module = ImageClassifier(model="resnet18", model_config={"width": 8})
-    dm = CIFAR10DataModule(source="synthetic", synthetic_size=200, batch_size=32)
+    dm = CIFAR10DataModule(DataConfig(batch_size=32), source="synthetic", synthetic_size=200)
     trainer = pl.Trainer(max_epochs=epochs, max_steps=max_steps, limit_train_batches=limit, logger=False)
     trainer.strategy.connect(module)
     trainer._data_connector.attach_data(module, datamodule=dm)  # what fit() does first

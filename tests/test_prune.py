@@ -42,7 +42,7 @@ def test_degenerate_heads_are_pruned_and_fine_tuned(tmp_path, capsys):
     assert all(0 <= a <= 1 for a in report["accuracy"].values())
     run_dir = tmp_path / "ft" / "gaussian" / "version_0"
     config = json.loads((run_dir / "metrics.json").read_text())["config"]
-    assert config["lr"] == 0.01 and config["model_config"]["layer_heads"] == [3, 3]
+    assert config["optim"]["lr"] == 0.01 and config["model_config"]["layer_heads"] == [3, 3]
 
 
 def test_no_degenerate_head_says_so(tmp_path, capsys):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from sa_conv.config import coerce, field_types
 from sa_conv.models.base import Backbone
 from sa_conv.models.resnet import ResNet18, ResNetConfig
 from sa_conv.models.sa_classifier import SAClassifier, SAConfig
@@ -60,14 +60,15 @@ def model_config(name: str, **overrides: Any) -> Any:
     """The config object of model ``name`` with ``overrides`` applied (paper defaults otherwise)."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; valid models: {', '.join(MODELS)}")
-    config_cls, defaults, _ = MODELS[name]
-    fields = {f.name for f in dataclasses.fields(config_cls)}
-    unknown = sorted(set(overrides) - fields)
+    family, defaults, _ = MODELS[name]
+    types = field_types(family)
+    unknown = sorted(set(overrides) - set(types))
     if unknown:
         raise ValueError(
-            f"model {name!r} has no option {', '.join(unknown)}; options: {', '.join(sorted(fields))}"
+            f"model {name!r} has no option {', '.join(unknown)}; options: {', '.join(sorted(types))}"
         )
-    return config_cls(**{**defaults, **overrides})
+    typed = {k: coerce(v, types[k], k) for k, v in overrides.items()}  # plain data (YAML lists) typed
+    return family(**{**defaults, **typed})
 
 
 def create_model(name: str, **overrides: Any) -> Backbone:

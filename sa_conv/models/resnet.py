@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 
 from torch import Tensor, nn
 
+from sa_conv.config import option
 from sa_conv.models.base import Backbone
 
 __all__ = ["BasicBlock", "ResNet18", "ResNetConfig"]
@@ -15,10 +16,10 @@ __all__ = ["BasicBlock", "ResNet18", "ResNetConfig"]
 class ResNetConfig:
     """Configuration of the CIFAR ResNet18."""
 
-    num_classes: int = 10
-    in_channels: int = 3
-    width: int = 64  # channels of the first stage; later stages double
-    blocks: tuple[int, ...] = (2, 2, 2, 2)
+    num_classes: int = option(10, "classes of the classifier")
+    in_channels: int = option(3, "channels of the input images")
+    width: int = option(64, "channels of the first stage; later stages double")
+    blocks: tuple[int, ...] = option((2, 2, 2, 2), "basic blocks of each stage")
 
     def __post_init__(self) -> None:
         for name in ("num_classes", "in_channels", "width"):

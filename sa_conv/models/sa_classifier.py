@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sa_conv.attention import Impl, MultiHeadSelfAttention2d
+from sa_conv.config import option
 from sa_conv.encodings import ENCODINGS, EncodingLayer, PositionalEncoding
 from sa_conv.mixed import MixedAttention2d
 from sa_conv.models.base import Backbone
@@ -25,30 +26,36 @@ InitName = Literal["paper", "bert"]
 class SAConfig:
     """One configuration of the SA classifier; defaults are the paper's (Table 2 and its code)."""
 
-    encoding: str = "quadratic"  # a name of sa_conv.encodings.ENCODINGS, or "none" (content only)
-    content: bool = False  # add content attention q . k / sqrt(hidden) to the logits
-    attention: AttentionName = "mhsa"  # "mixed": ConvBERT's attention + span-based conv heads
-    window: int = 7  # composite: relative shifts clipped (or masked) to [-window, window]^2
-    window_mask: bool = False  # composite: mask shifts beyond the window instead of clipping
-    key_term: bool = False  # composite: also the key-dependent term k . w'[-delta] (Chang et al.'s convk)
-    head_ratio: int = 2  # mixed: heads / head_ratio attention heads and as many conv heads
-    conv_kernel: int = 3  # mixed: K of the K x K span-based dynamic convolution (ConvBERT: 9 in 1D)
-    layers: int = 6
-    heads: int = 9
-    layer_heads: tuple[int, ...] | None = None  # heads of each layer, if they differ (pruned models)
-    hidden: int = 400
-    ffn: int = 512
-    pool: int = 2  # pixel concatenation: pool x pool pixels -> one token
-    image_size: int = 32
-    in_channels: int = 3
-    num_classes: int = 10
-    dropout: float = 0.1  # hidden-state dropout
-    attn_dropout: float = 0.1  # dropout on attention probabilities
-    layer_norm_eps: float = 1e-12
-    init: InitName = "paper"  # paper: PyTorch's defaults, as the paper's BertImage; bert: N(0, init_std)
-    init_std: float = 0.02  # BERT's initializer range (init="bert")
-    absolute_position: bool = False  # add a learned absolute position embedding to the tokens (ConvBERT)
-    impl: Impl = "auto"
+    encoding: str = option("quadratic", "a name of sa_conv.encodings.ENCODINGS, or 'none' (content only)")
+    content: bool = option(False, "add content attention q . k / sqrt(hidden) to the logits")
+    attention: AttentionName = option("mhsa", "'mixed': ConvBERT's attention + span-based conv heads")
+    window: int = option(7, "composite: relative shifts clipped (or masked) to [-window, window]^2")
+    window_mask: bool = option(False, "composite: mask shifts beyond the window instead of clipping")
+    key_term: bool = option(
+        False, "composite: also the key-dependent term k . w'[-delta] (Chang et al.'s convk)"
+    )
+    head_ratio: int = option(2, "mixed: heads / head_ratio attention heads and as many conv heads")
+    conv_kernel: int = option(3, "mixed: K of the K x K span-based dynamic convolution (ConvBERT: 9 in 1D)")
+    layers: int = option(6, "attention blocks")
+    heads: int = option(9, "attention heads per layer (each full width)")
+    layer_heads: tuple[int, ...] | None = option(None, "heads of each layer, if they differ (pruned models)")
+    hidden: int = option(400, "width of the tokens")
+    ffn: int = option(512, "width of the feed-forward sublayer")
+    pool: int = option(2, "pixel concatenation: pool x pool pixels -> one token")
+    image_size: int = option(32, "side of the input images")
+    in_channels: int = option(3, "channels of the input images")
+    num_classes: int = option(10, "classes of the classifier")
+    dropout: float = option(0.1, "hidden-state dropout")
+    attn_dropout: float = option(0.1, "dropout on attention probabilities")
+    layer_norm_eps: float = option(1e-12, "LayerNorm epsilon (BERT's)")
+    init: InitName = option(
+        "paper", "paper: PyTorch's defaults, as the paper's BertImage; bert: N(0, init_std)"
+    )
+    init_std: float = option(0.02, "BERT's initializer range (init='bert')")
+    absolute_position: bool = option(
+        False, "add a learned absolute position embedding to the tokens (ConvBERT)"
+    )
+    impl: Impl = option("auto", "the attention computation: auto picks the fastest exact one")
 
     def __post_init__(self) -> None:
         positive = ("layers", "heads", "hidden", "ffn", "pool", "image_size", "in_channels", "num_classes")
@@ -89,6 +96,22 @@ class SAConfig:
             )
         if self.image_size % self.pool:
             raise ValueError(f"image_size={self.image_size} is not divisible by pool={self.pool}")
+        self._check_applicable()
+
+    def _check_applicable(self) -> None:
+        """An option of another kind of attention, set on this one, is an error (not silently ignored)."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        scoped = {
+            "window": ("encoding='composite' (the composite model)", self.encoding == "composite"),
+            "window_mask": ("encoding='composite' (the composite model)", self.encoding == "composite"),
+            "key_term": ("encoding='composite' (the composite model)", self.encoding == "composite"),
+            "head_ratio": ("attention='mixed' (the mixed model)", self.attention == "mixed"),
+            "conv_kernel": ("attention='mixed' (the mixed model)", self.attention == "mixed"),
+            "init_std": ("init='bert'", self.init == "bert"),
+        }
+        for name, (where, applies) in scoped.items():
+            if not applies and getattr(self, name) != defaults[name]:
+                raise ValueError(f"{name} is an option of {where} only; this model does not use it")
 
     @property
     def grid(self) -> int:

@@ -1,0 +1,193 @@
+"""Analysis of a model's attention, in one place: its maps, their locality now and over training, and
+every figure of a model assembled from them (drawn by ``sa_conv.viz``, measured by ``sa_conv.metrics``).
+The training callbacks, the study and the figure command all call these."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from matplotlib.figure import Figure
+from torch import Tensor
+
+from sa_conv.metrics import SHARP_MASS, gaussian_alpha, interior_queries, locality, peak_shift
+from sa_conv.models import Backbone
+from sa_conv.viz import attention_grid, centre_plot, layer_heads, locality_over_training, locality_summary
+
+__all__ = [
+    "attention_maps_of",
+    "figures_of",
+    "figures_of_maps",
+    "history_of",
+    "layer_summary",
+    "locality_queries",
+    "locality_snapshot",
+]
+
+
+def _side(backbone: Backbone) -> int:
+    return backbone.config.grid
+
+
+def locality_queries(side: int) -> Tensor:
+    """The queries every locality number averages over: those at least a quarter of the grid from a border."""
+    return interior_queries(side, side, side // 4)
+
+
+def attention_maps_of(backbone: Backbone, images: Tensor) -> list[Tensor]:
+    """Per layer ``(B|1, heads, N, N)`` attention probabilities in eval mode; the backbone's mode is kept."""
+    was_training = backbone.training
+    backbone.eval()
+    maps = backbone.attention_maps(images)  # no_grad inside
+    backbone.train(was_training)
+    return maps
+
+
+def locality_snapshot(backbone: Backbone, images: Tensor, step: int) -> dict[str, Any]:
+    """The locality of every layer now: per head mean distance and peak mass (interior queries), and
+    for Gaussian heads their centres and inverse covariances. Plain lists (checkpoint- and JSON-ready)."""
+    maps = attention_maps_of(backbone, images)  # per layer (B|1, heads, N, N)
+    side = _side(backbone)
+    queries = locality_queries(side)
+    layers = []
+    encodings = backbone.encodings()
+    for probs, encoding in zip(maps, encodings, strict=True):
+        m = locality(probs, side, side, queries=queries)
+        shift, _ = peak_shift(probs, side, side, queries=queries)
+        layer: dict[str, Any] = {
+            "mean_distance": m.mean_distance.tolist(),
+            "peak_mass": m.peak_mass.tolist(),
+            "peak_shift": shift.tolist(),  # each head's most frequent most-attended shift (dy, dx)
+        }
+        gaussians = encoding.head_gaussians() if encoding is not None else None
+        if gaussians is not None:
+            layer["centres"] = gaussians[0].float().cpu().tolist()
+            layer["inverse_covariance"] = gaussians[1].float().cpu().tolist()
+        layers.append(layer)
+    return {"step": step, "layers": layers}
+
+
+def layer_summary(snapshot: dict[str, Any]) -> list[dict[str, float]]:
+    """Per layer: mean attention distance, number of sharp heads (>= 0.5 of their mass on one pixel),
+    the number of distinct taps among them (their peak shifts; rounded centres in records that predate
+    them), the heads' mean mass on one pixel (conv-likeness), and for Gaussian heads the median alpha."""
+    out = []
+    for layer in snapshot["layers"]:
+        sharp = torch.tensor(layer["peak_mass"]) >= SHARP_MASS
+        row = {
+            "mean_distance": sum(layer["mean_distance"]) / len(layer["mean_distance"]),
+            "sharp_heads": int(sharp.sum()),
+            "heads": len(layer["peak_mass"]),
+            "conv_likeness": sum(layer["peak_mass"]) / len(layer["peak_mass"]),
+        }
+        shifts = layer.get("peak_shift")
+        if shifts is None and "centres" in layer:
+            shifts = torch.tensor(layer["centres"]).round().tolist()
+        if shifts is not None:
+            taps = torch.tensor(shifts, dtype=torch.float64).reshape(-1, 2)[sharp]
+            row["sharp_distinct_taps"] = len(torch.unique(taps, dim=0)) if len(taps) else 0
+        if "inverse_covariance" in layer:
+            row["median_alpha"] = float(gaussian_alpha(torch.tensor(layer["inverse_covariance"])).median())
+        out.append(row)
+    return out
+
+
+def _history_tensors(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """Snapshots -> ``(T, layers)`` series and ``(T, layers, heads, ...)`` centre arrays, when consistent."""
+    heads = [[len(layer["peak_mass"]) for layer in s["layers"]] for s in history]
+    out: dict[str, Any] = {"steps": [s["step"] for s in history]}
+    summaries = [layer_summary(s) for s in history]
+    out["mean_distance"] = torch.tensor([[r["mean_distance"] for r in s] for s in summaries])
+    out["sharp_fraction"] = torch.tensor([[r["sharp_heads"] / r["heads"] for r in s] for s in summaries])
+    out["conv_likeness"] = torch.tensor([[r["conv_likeness"] for r in s] for s in summaries])
+    gaussian = all("median_alpha" in r for s in summaries for r in s)
+    out["median_alpha"] = (
+        torch.tensor([[r["median_alpha"] for r in s] for s in summaries]) if gaussian else None
+    )
+    same_heads = all(h == heads[0] and len(set(h)) == 1 for h in heads)
+    if gaussian and same_heads:
+        out["centres"] = torch.tensor([[layer["centres"] for layer in s["layers"]] for s in history])
+        out["inverse_covariance"] = torch.tensor(
+            [[layer["inverse_covariance"] for layer in s["layers"]] for s in history]
+        )
+    return out
+
+
+def figures_of(
+    backbone: Backbone,
+    images: Tensor,
+    *,
+    query: tuple[int, int] | None = None,
+    history: list[dict[str, Any]] | None = None,
+    name: str = "",
+) -> list[tuple[str, Figure | float]]:
+    """Every attention figure and locality scalar of an SA backbone, as ``(tag, value)`` pairs.
+
+    The centre plot and the locality-over-training plot are drawn from ``history`` (the run's own
+    snapshots) and need at least one (two) of them.
+    """
+    maps = attention_maps_of(backbone, images)
+    return figures_of_maps(maps, _side(backbone), query=query, history=history, name=name)
+
+
+def figures_of_maps(
+    maps: list[Tensor],
+    side: int,
+    *,
+    query: tuple[int, int] | None = None,
+    history: list[dict[str, Any]] | None = None,
+    name: str = "",
+) -> list[tuple[str, Figure | float]]:
+    """``figures_of`` from attention maps already computed: per layer ``(B|1, heads, N, N)``, N = side^2."""
+    query = query or (side // 2, side // 2)
+    prefix = f"{name}: " if name else ""
+    averaged = f", mean of {maps[0].shape[0]} images" if maps[0].shape[0] > 1 else ""
+    out: list[tuple[str, Figure | float]] = []
+    for i, m in enumerate(maps):
+        title = f"{prefix}layer {i + 1}, query {query}{averaged}"
+        out.append((f"attention/layer{i + 1}", layer_heads(m, side, side, query, title=title)))
+    out.append(
+        ("attention/grid", attention_grid(maps, side, side, query, title=f"{prefix}query {query}{averaged}"))
+    )
+    if maps[0].shape[0] > 1:  # content attention: one image too
+        single = [m[:1] for m in maps]
+        title = f"{prefix}query {query}, one image"
+        out.append(("attention/grid_single_image", attention_grid(single, side, side, query, title=title)))
+    queries = locality_queries(side)
+    metrics = [locality(m, side, side, queries=queries) for m in maps]
+    for i, metric in enumerate(metrics):
+        out.append((f"locality/layer{i + 1}/mean_distance", float(metric.mean_distance.mean())))
+        out.append((f"locality/layer{i + 1}/radius90", float(metric.radius90.mean())))
+        out.append((f"locality/layer{i + 1}/entropy", float(metric.entropy.mean())))
+        out.append((f"locality/layer{i + 1}/sharp_fraction", float(metric.sharp.float().mean())))
+    if len({m.shape[1] for m in maps}) == 1:
+        distances = torch.stack([m.mean_distance for m in metrics])
+        sharp = torch.stack([m.sharp for m in metrics])
+        out.append(("attention/locality", locality_summary(distances, sharp=sharp, title=name or None)))
+    if history:
+        series = _history_tensors(history)
+        if "centres" in series:
+            centres = centre_plot(
+                series["centres"],
+                inverse_covariance=series["inverse_covariance"],
+                steps=series["steps"],
+                title=name or None,
+            )
+            out.append(("attention/centres", centres))
+        if len(history) >= 2:
+            figure = locality_over_training(
+                series["steps"],
+                series["mean_distance"],
+                series["sharp_fraction"],
+                conv_likeness=series["conv_likeness"],
+                median_alpha=series["median_alpha"],
+                title=f"{prefix}locality over training",
+            )
+            out.append(("attention/locality_over_training", figure))
+    return out
+
+
+def history_of(ckpt: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The locality history a run's ``AttentionFigures`` callback kept in a checkpoint."""
+    states = ckpt.get("callbacks", {})
+    return next((v.get("history") for k, v in states.items() if k.startswith("AttentionFigures")), None)

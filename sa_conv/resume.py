@@ -1,0 +1,87 @@
+"""Which checkpoint a run resumes from: found by its config, checked against the command that asks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from sa_conv.checkpointing import CheckpointError, read_checkpoint, run_config_of
+from sa_conv.run_config import RunConfig, config_difference
+
+__all__ = ["Resume", "find_resume"]
+
+
+class Resume(NamedTuple):
+    """A checkpoint to resume, the version of its run folder (None: a checkpoint from elsewhere, whose
+    training continues in a new run folder), and the config it was written with."""
+
+    path: Path
+    version: int | None
+    stored: dict[str, Any]
+
+
+def checkpoints_of(run_dir: Path) -> list[Path]:
+    """A run's checkpoints, newest first (Lightning's SLURM requeue checkpoints included)."""
+    found = [*run_dir.glob("checkpoints/*.ckpt"), *run_dir.glob("hpc_ckpt_*.ckpt")]
+    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def version_of(path: Path) -> int | None:
+    """N of the ``version_N`` folder ``path`` lies in (None outside one)."""
+    for parent in path.parents:
+        if parent.name.startswith("version_") and parent.name[8:].isdigit():
+            return int(parent.name[8:])
+    return None
+
+
+def _checked(path: Path, ckpt: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any]:
+    stored = run_config_of(ckpt, path)
+    differs = config_difference(stored, wanted)
+    if differs:
+        raise CheckpointError(f"{path} is a run with other options: {'; '.join(differs)}")
+    return stored
+
+
+def find_resume(
+    spec: str, root: Path, config: RunConfig, *, warn: Callable[[str], Any] = print
+) -> Resume | None:
+    """The checkpoint to resume under ``root``.
+
+    ``spec``: a checkpoint path, ``latest`` (the newest readable checkpoint of the newest run under
+    ``root/<model>`` with this config; one must exist) or ``auto`` (the same, or None: start a new run).
+    A checkpoint of another config is refused with the options that differ; an unreadable one is skipped
+    with a warning (``latest``) or refused (a path).
+    """
+    wanted = config.to_dict()
+    if spec not in ("latest", "auto"):
+        path = Path(spec)
+        stored = _checked(path, read_checkpoint(path), wanted)
+        inside = (root / config.model).resolve() in path.resolve().parents
+        return Resume(path, version_of(path) if inside else None, stored)
+    runs = sorted(
+        (root / config.model).glob("version_*"),
+        key=lambda p: version_of(p / "checkpoints") or -1,
+        reverse=True,
+    )
+    mismatch = None
+    for run in runs:
+        for path in checkpoints_of(run):
+            try:
+                ckpt = read_checkpoint(path)
+            except CheckpointError as err:
+                warn(f"warning: skipping {err}")
+                continue
+            try:
+                stored = _checked(path, ckpt, wanted)
+            except CheckpointError as err:
+                mismatch = mismatch or err
+                break  # this run has another config: look at older runs
+            return Resume(path, version_of(path), stored)
+    if spec == "auto":
+        return None
+    if mismatch is not None:
+        raise CheckpointError(
+            f"no run of {config.model} under {root} has this config; the newest: {mismatch}"
+        )
+    raise CheckpointError(f"no run of {config.model} with a readable checkpoint under {root / config.model}")

@@ -1,0 +1,227 @@
+"""The run config (what decides a run's result) and the run options (how it executes), as YAML.
+
+``RunConfig`` holds one typed object per part: the model's config (``SAConfig`` or ``ResNetConfig``),
+the optimizer's (``OptimConfig``, given to the LightningModule) and the data's (``DataConfig``, given
+to the DataModule); each part's defaults and checks live in its own dataclass. Every field is a flag
+of ``experiments.run``; a run saves its config as ``config.yaml``, which repeats it exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from sa_conv.config import config_from_dict, config_to_dict, field_types, option
+from sa_conv.data import DataConfig
+from sa_conv.lit import OptimConfig
+from sa_conv.machine import PRECISIONS, check_devices
+from sa_conv.models import MODELS, ResNetConfig, SAConfig, model_config
+
+__all__ = [
+    "ACCELERATORS",
+    "SECTIONS",
+    "RunConfig",
+    "RunOptions",
+    "config_difference",
+    "dump_config",
+    "load_config",
+]
+
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda")
+# the parts of a run config, each its own dataclass (the model's family is the model's)
+SECTIONS: dict[str, type] = {"optim": OptimConfig, "data": DataConfig}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """Everything that decides a run's result, given its data (every field is a flag of experiments.run).
+
+    ``model_config`` may be given as overrides (a mapping) of the model's registry defaults; it is
+    resolved on construction, every field written out, so that a saved config repeats the run exactly.
+    """
+
+    model: str = field(metadata={"help": "a name of sa_conv.models.MODELS"})
+    scale: str = option("custom", "the preset this config started from (a label)")
+    model_config: SAConfig | ResNetConfig | Mapping[str, Any] | None = None
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    epochs: int = option(300, "training epochs")
+    limit_train_batches: int | float | None = option(
+        None, "Lightning: batches (int) or a fraction (float) of each epoch"
+    )
+    precision: str = option("auto", "auto: bf16-mixed on a GPU or a CPU with native bf16, else 32-true")
+    seed: int = option(0, "weights, data split, augmentation and dropout")
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ValueError(f"unknown model {self.model!r}; valid models: {', '.join(MODELS)}")
+        family = MODELS[self.model].family
+        config = self.model_config
+        if not isinstance(config, SAConfig | ResNetConfig):
+            config = model_config(self.model, **dict(config or {}))
+        elif not isinstance(config, family):
+            raise ValueError(f"model {self.model} takes a {family.__name__}, got a {type(config).__name__}")
+        object.__setattr__(self, "model_config", config)
+        for name, cls in SECTIONS.items():
+            value = getattr(self, name)
+            if not isinstance(value, cls):
+                object.__setattr__(self, name, config_from_dict(cls, value, what=f"the {name} config"))
+        limit = self.limit_train_batches
+        checks = [
+            ("epochs", isinstance(self.epochs, int) and self.epochs >= 1, "a positive integer"),
+            ("precision", self.precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
+            (
+                "limit_train_batches",
+                limit is None
+                or (isinstance(limit, int) and limit >= 1)
+                or (isinstance(limit, float) and 0 < limit <= 1),
+                "a number of batches >= 1 or a fraction in (0, 1]",
+            ),
+        ]
+        for name, ok, expected in checks:
+            if not ok:
+                raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data, one mapping per part (what config.yaml and checkpoints hold)."""
+        return config_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
+        """The config of plain data (a config.yaml); unknown or misplaced options name themselves.
+
+        Configs written before the optimizer and data parts existed (their options at the top level)
+        are read as well.
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"the run config must be a mapping of options, got {type(data).__name__}")
+        data = dict(data)
+        for name, section in SECTIONS.items():
+            legacy = {k: data.pop(k) for k in field_types(section) if k in data}
+            if legacy:
+                data[name] = {**legacy, **dict(data.get(name) or {})}
+        _check_placement(data)
+        return config_from_dict(cls, data, what="the run config")
+
+    def replace(self, **changes: Any) -> RunConfig:
+        """A copy with ``changes``; a mapping given for a part is merged into it (``{"heads": 16}``)."""
+        for name in ("model_config", *SECTIONS):
+            if isinstance(changes.get(name), Mapping):
+                changes[name] = dataclasses.replace(getattr(self, name), **changes[name])
+        return dataclasses.replace(self, **changes)
+
+
+def _check_placement(data: Mapping[str, Any]) -> None:
+    """A top-level key that belongs to a part says where it goes."""
+    own = set(field_types(RunConfig))
+    model = data.get("model")
+    family = MODELS[model].family if model in MODELS else None
+    for key in data:
+        if key in own:
+            continue
+        if family is not None and key in field_types(family):
+            raise ValueError(f"the run config has no option {key}: it belongs under model_config")
+        options = ", ".join(sorted(own))
+        raise ValueError(f"the run config has no option {key}; options: {options}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """How a run executes, without changing its result: hardware, checkpoints, figures, logging."""
+
+    output_dir: Path = field(metadata={"help": "runs go to OUTPUT_DIR/<model>/version_N"})
+    accelerator: str = option("auto", "auto, cpu, gpu or cuda")
+    devices: int | str = option(1, "devices (DDP when more than one) or auto")
+    strategy: str = option("auto", "Lightning's strategy, e.g. ddp")
+    compile: bool = option(False, "torch.compile the backbone")
+    max_time: str | None = option(None, "Lightning: stop after DD:HH:MM:SS")
+    fast_dev_run: bool = option(False, "Lightning: one batch of each stage, nothing written")
+    checkpoint_every: int | None = option(None, "also a snapshot every N training steps")
+    snapshot_minutes: float = option(10.0, "a snapshot every this many minutes of training (0: none)")
+    figures_every: int | None = option(5, "attention figures every N epochs (none: no attention record)")
+    history_every: int | None = option(None, "locality snapshots every N steps (default: about 40 per run)")
+    progress: Literal["auto", "bar", "lines"] = option("auto", "auto: a bar on a terminal, lines in a log")
+
+    def __post_init__(self) -> None:
+        checks = [
+            (
+                "checkpoint_every",
+                self.checkpoint_every is None or self.checkpoint_every >= 1,
+                "a positive integer",
+            ),
+            ("snapshot_minutes", 0 <= self.snapshot_minutes < math.inf, ">= 0 minutes (0: none)"),
+            (
+                "figures_every",
+                self.figures_every is None or self.figures_every >= 1,
+                "a positive integer or none",
+            ),
+            ("history_every", self.history_every is None or self.history_every >= 1, "a positive integer"),
+            ("accelerator", self.accelerator in ACCELERATORS, f"one of {', '.join(ACCELERATORS)}"),
+            (
+                "devices",
+                self.devices == "auto" or (isinstance(self.devices, int) and self.devices >= 1),
+                "a positive integer or auto",
+            ),
+            (
+                "max_time",
+                self.max_time is None
+                or re.fullmatch(r"\d{1,2}:\d{2}:\d{2}:\d{2}", self.max_time) is not None,
+                "DD:HH:MM:SS",
+            ),
+        ]
+        for name, ok, expected in checks:
+            if not ok:
+                raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
+        check_devices(self.accelerator, self.devices)
+
+
+def flat_options(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A config's plain data with its parts' options at the top level (their names are unique)."""
+    out = {k: v for k, v in config.items() if k not in ("model_config", *SECTIONS)}
+    for part in ("model_config", *SECTIONS):
+        out.update(config.get(part) or {})
+    return out
+
+
+def config_difference(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
+    """``name=stored (now: wanted)`` for every option that differs, each option by its own name.
+
+    ``precision: auto`` in ``wanted`` matches whatever precision the stored run resolved to.
+    """
+    # a config saved before an option (or a part) existed ran with that option's default
+    with contextlib.suppress(ValueError, TypeError):
+        stored = RunConfig.from_dict(stored).to_dict()
+    a, b = flat_options(stored), flat_options(wanted)
+    if b.get("precision") == "auto":
+        b["precision"] = a.get("precision")
+    return [f"{k}={a.get(k)!r} (now: {b.get(k)!r})" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def dump_config(config: RunConfig) -> str:
+    """The config as YAML (what ``load_config`` reads back)."""
+    return yaml.safe_dump(config.to_dict(), sort_keys=False)
+
+
+def load_config(path: Path) -> RunConfig:
+    """A RunConfig from a YAML file (a run's config.yaml or one written by --print-config)."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"config file {path} does not exist") from None
+    except IsADirectoryError:
+        raise ValueError(f"config file {path} is a directory") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"config file {path} is not a text (YAML) file") from None
+    except yaml.YAMLError as err:
+        raise ValueError(f"config file {path} is not valid YAML ({str(err).splitlines()[0]})") from None
+    if data is None:
+        raise ValueError(f"config file {path} is empty")
+    return RunConfig.from_dict(data)

@@ -21,7 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from experiments.cli import ArgumentParser, main_guard
+from experiments.cli import ArgumentParser, main_guard, positive_int
+from experiments.presets import preset
 from sa_conv.attention import MultiHeadSelfAttention2d
 from sa_conv.data import CIFAR10_MEAN, CIFAR10_STD, random_crop_flip
 from sa_conv.encodings import (
@@ -31,8 +32,9 @@ from sa_conv.encodings import (
     QuadraticEncoding,
 )
 from sa_conv.files import write_json
-from sa_conv.machine import hardware
-from sa_conv.models import create_model
+from sa_conv.flops import counted_flops
+from sa_conv.machine import hardware, resolve_precision
+from sa_conv.models import MODELS, create_model
 
 BASELINE = (
     "reference: dense float32 probabilities (heads, N, N) shared by the batch, "
@@ -272,6 +274,62 @@ def bench_training_step(scale: Scale, device: torch.device) -> dict[str, Any]:
     return result
 
 
+def interleaved(
+    steps: dict[str, Callable[[], None]], device: torch.device, rounds: int = 3
+) -> dict[str, float]:
+    """Seconds per call of each function, measured in alternation (``rounds`` times, the best kept), so
+    that a machine's other load falls on every configuration alike."""
+    for fn in steps.values():
+        fn()  # warm-up
+    best = dict.fromkeys(steps, math.inf)
+    for _ in range(rounds):
+        for name, fn in steps.items():
+            best[name] = min(best[name], time_it(fn, device, 0.0))
+    return best
+
+
+def sgd_step(model: nn.Module, batch: int, device: torch.device, precision: str) -> Callable[[], None]:
+    """One full SGD step (forward, backward, update) of ``model`` on random images, in ``precision``."""
+    images = torch.randn(batch, 3, 32, 32, device=device)
+    labels = torch.randint(0, 10, (batch,), device=device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    bf16 = precision == "bf16-mixed"
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = nn.functional.cross_entropy(model(images), labels)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def bench_model_steps(scale_name: str, batch: int, device: torch.device) -> dict[str, Any]:
+    """The training step of every model at a preset scale: float32 against the default precision on this
+    device, interleaved in one process; achieved GFLOP/s from the counted FLOPs of the trained path.
+    Content models also against their float32 reference computation (``impl="reference"``)."""
+    default = resolve_precision("auto", device.type)
+    rows = []
+    for name in MODELS:
+        config = preset(name, scale_name).model_config
+        torch.manual_seed(0)
+        model = MODELS[name].build(config).to(device).train()
+        flops = counted_flops(model, training=True, batch=batch)
+        steps = {p: sgd_step(model, batch, device, p) for p in dict.fromkeys(("32-true", default))}
+        seconds = interleaved(steps, device)
+        row = {
+            "model": name,
+            "float32_images_per_s": batch / seconds["32-true"],
+            "default_images_per_s": batch / seconds[default],
+            "gflop_per_image": flops / 1e9,
+        }
+        row["speedup"] = row["default_images_per_s"] / row["float32_images_per_s"]
+        row["default_gflop_per_s"] = flops * row["default_images_per_s"] / 1e9
+        rows.append(row)
+    return {"scale": scale_name, "batch": batch, "default_precision": default, "rows": rows}
+
+
 def bench_data(device: torch.device, min_time: float) -> dict[str, Any]:
     """Augmentation + normalization per batch on the device vs per image with transforms.v2."""
     from torchvision.transforms import v2
@@ -335,6 +393,18 @@ def print_report(report: dict[str, Any]) -> None:
         f"  bf16 autocast against float32 (attention dropout {bf16['attn_dropout']}): {bf16['float32']:.1f} "
         f"-> {bf16['bf16']:.1f}, {bf16['speedup']:.2f}x"
     )
+    m = report.get("model_steps")
+    if m:
+        print(
+            f"\ntraining step of every model at the {m['scale']} scale (batch {m['batch']}), images/s, "
+            f"interleaved in one process; default precision here: {m['default_precision']}"
+        )
+        print(f"{'model':16} {'float32':>9} {'default':>9} {'speedup':>8} {'GFLOP/img':>10} {'GFLOP/s':>9}")
+        for r in m["rows"]:
+            print(
+                f"{r['model']:16} {r['float32_images_per_s']:9.1f} {r['default_images_per_s']:9.1f} "
+                f"{r['speedup']:7.2f}x {r['gflop_per_image']:10.3f} {r['default_gflop_per_s']:9.1f}"
+            )
     d = report["data"]
     print(
         f"data path (batch {d['batch']}): per-batch crop/flip/normalize "
@@ -350,6 +420,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--scale", default="paper", choices=tuple(SCALES))
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--models-scale",
+        default="small",
+        choices=("tiny", "small", "small6", "paper"),
+        help="the preset of the every-model training steps (default: small)",
+    )
+    parser.add_argument("--step-batch", type=positive_int, default=100, help="their batch (default: 100)")
+    parser.add_argument("--no-model-steps", action="store_true", help="skip the every-model training steps")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device on this machine")
@@ -367,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
         "training_step": bench_training_step(scale, device),
         "data": bench_data(device, scale.min_time),
     }
+    if not args.no_model_steps:
+        report["model_steps"] = bench_model_steps(args.models_scale, args.step_batch, device)
     print_report(report)
     if args.json:
         write_json(args.json, report)

@@ -254,8 +254,9 @@ def _message(err: BaseException) -> str:
 
 
 def main_guard(main: Callable[[list[str] | None], int | None]) -> Callable[[list[str] | None], int]:
-    """Run ``main(argv)``; expected failures print ``error: ...`` in one line and return 1 (an interrupted
-    run: 130 after Ctrl-C, 143 after SIGTERM). ``--debug`` anywhere shows the full traceback instead."""
+    """Run ``main(argv)``; expected failures print ``error: ...`` in one line and return 1; a run stopped
+    by a signal prints ``stopped: ...`` (where, and how to resume) and returns 130 after Ctrl-C, 143 after
+    SIGTERM. ``--debug`` anywhere shows the full traceback instead."""
 
     def wrapped(argv: list[str] | None = None) -> int:
         from sa_conv.training import RunInterruptedError
@@ -268,7 +269,8 @@ def main_guard(main: Callable[[list[str] | None], int | None]) -> Callable[[list
         except RunInterruptedError as err:
             if debug:
                 raise
-            print(f"error: {err}; resume with the same command and --resume", file=sys.stderr)
+            # a requested stop, not an error: say where it stopped and how to go on
+            print(f"stopped: {err}; resume with the same command and --resume", file=sys.stderr)
             return 130 if err.signal == "SIGINT" else 143
         except _user_errors() as err:
             if debug:
@@ -285,13 +287,25 @@ def main_guard(main: Callable[[list[str] | None], int | None]) -> Callable[[list
     return wrapped
 
 
+# Lightning's lines that say nothing the run does not say itself (hardware it does not use, its own
+# restore steps, the precision plugin, the signal it received: the run says what it did about it)
+_CHATTER = re.compile(
+    r"Tip:|GPU available|TPU available|HPU available|IPU available|Using bfloat16|Using 16bit|"
+    r"Restoring states from|Restored all states|Loaded model weights|`Trainer.fit` stopped|Received SIG"
+)
+
+
 def quiet_libraries() -> None:
-    """Silence library chatter that says nothing about the run (tips, known deprecations)."""
+    """Silence library chatter that says nothing about the run (tips, known deprecations, hardware lines,
+    "checkpoint directory exists" on every resume)."""
     warnings.filterwarnings("ignore", message=r".*LeafSpec.*")
     warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=r".*litlogger.*|.*litmodels.*")
     warnings.filterwarnings("ignore", message=r".*flops_per_batch.*")
     warnings.filterwarnings("ignore", message=r".*is smaller than the logging interval.*")
-    logging.getLogger("pytorch_lightning.utilities.rank_zero").addFilter(
-        lambda record: "Tip:" not in record.getMessage()
-    )
+    warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty.*")
+    for name in (
+        "pytorch_lightning.utilities.rank_zero",
+        "pytorch_lightning.trainer.connectors.signal_connector",
+    ):
+        logging.getLogger(name).addFilter(lambda record: not _CHATTER.search(record.getMessage()))

@@ -58,6 +58,7 @@ class RunConfig:
         None, "Lightning: batches (int) or a fraction (float) of each epoch"
     )
     precision: str = option("auto", "auto: bf16-mixed on a GPU or a CPU with native bf16, else 32-true")
+    tf32: bool = option(True, "float32 matrix products on CUDA in TF32 (--no-tf32: strict float32)")
     seed: int = option(0, "weights, data split, augmentation and dropout")
 
     def __post_init__(self) -> None:

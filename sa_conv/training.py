@@ -113,6 +113,8 @@ def train(
     with new_folders_removed_on_error(options.output_dir):
         _check_output_dir(options.output_dir)
         config = settle_precision(config, options.accelerator, resume.stored if resume else None)
+        if torch.cuda.is_available() and options.accelerator != "cpu":  # TF32 tensor cores, or not
+            torch.set_float32_matmul_precision("high" if config.tf32 else "highest")
         pl.seed_everything(config.seed, workers=True, verbose=False)
         module = module if module is not None else module_for(config)
         flops = _flops(module, config)
@@ -350,7 +352,8 @@ def _summary(
     step_seconds: float,
 ) -> dict[str, Any]:
     """What ``metrics.json`` says of the run besides its accuracy and its records."""
-    peak = peak_flops(trainer.strategy.root_device, config.precision)
+    device = trainer.strategy.root_device
+    peak = peak_flops(device, config.precision)
     achieved = flops["train"] * images_per_s  # images/s of every device together
     return {
         "run_dir": str(run_dir),
@@ -373,6 +376,7 @@ def _summary(
         "mfu": achieved / (peak * trainer.world_size) if peak else None,
         "peak_tflops": peak / 1e12 if peak else None,
         "precision": config.precision,
+        "peak_memory_gb": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
         "devices": trainer.world_size,
         "data": {k: datamodule.hparams.get(k) for k in ("data_dir", "source", "synthetic_size")},
         "hardware": hardware(),

@@ -33,6 +33,14 @@ def call_run(argv, capsys):
     return code, out, err
 
 
+def one_line_stop(code, err):
+    """A requested stop: one ``stopped:`` line, no error line, no traceback."""
+    lines = [line for line in err.strip().splitlines() if line.startswith("stopped:")]
+    assert code != 0 and len(lines) == 1 and "error:" not in err and "Traceback" not in err, err
+    assert "Received SIG" not in err  # Lightning's own line about the signal is not repeated
+    return lines[0]
+
+
 def one_line_error(code, err):
     lines = [line for line in err.strip().splitlines() if line.startswith("error:")]
     assert code != 0 and len(lines) == 1 and "Traceback" not in err, err
@@ -114,7 +122,7 @@ def test_a_signal_saves_a_checkpoint_and_resumes_exactly(straight, tmp_path, mon
     with monkeypatch.context() as patch:
         with_callback(patch, StepCounter(13, sig))
         got, _, err = call_run(argv, capsys)
-    line = one_line_error(got, err)
+    line = one_line_stop(got, err)
     assert got == code and f"{sig.name} at step 13" in line and "--resume" in line
     assert (tmp_path / "quadratic/version_0/checkpoints/interrupted.ckpt").is_file()
     counter = StepCounter()
@@ -405,7 +413,7 @@ def test_a_killed_process_resumes_to_the_same_result(tmp_path, how):
         assert code == -signal.SIGKILL, "the run finished before it could be killed"
     else:
         message = killed.stderr.read().decode()
-        assert code == 143 and "error: SIGTERM at step" in message and "--resume" in message
+        assert code == 143 and "stopped: SIGTERM at step" in message and "--resume" in message
     resumed = run_cli([*base, "--output-dir", str(tmp_path / "b"), "--resume"])
     assert resumed.wait(timeout=900) == 0, resumed.stderr.read().decode()[-2000:]
 
@@ -463,7 +471,7 @@ def test_a_signal_while_testing_is_one_line_and_a_resume_finishes(tmp_path, monk
     with monkeypatch.context() as patch:
         with_callback(patch, KillWhileTesting())
         code, _, err = call_run(argv, capsys)
-    assert code == 143 and "last.ckpt" in one_line_error(code, err)
+    assert code == 143 and "last.ckpt" in one_line_stop(code, err)
     checkpoints = tmp_path / "quadratic/version_0/checkpoints"
     assert not (checkpoints / "interrupted.ckpt").exists()  # the training was complete: nothing new to save
     assert not (tmp_path / "quadratic/version_0/metrics.json").exists()

@@ -433,11 +433,15 @@ class CIFAR10DataModule(pl.LightningDataModule):
             self._augment_state = None
         return self._augment_rng
 
-    def evaluation_images(self, n: int | None = None, *, split: str = "test") -> tuple[Tensor, Tensor]:
-        """The first ``n`` images of a split (``test`` or ``val``), normalized, and their labels."""
+    def evaluation_images(
+        self, n: int | None = None, *, split: str = "test", normalized: bool = True
+    ) -> tuple[Tensor, Tensor]:
+        """The first ``n`` images of a split (``test`` or ``val``), normalized (or as stored: uint8), and
+        their labels."""
         self.setup()
         dataset = self.test_set if split == "test" else self.val_set
-        return self.normalize(dataset.images[:n]), dataset.labels[:n]
+        images = dataset.images[:n]
+        return (self.normalize(images) if normalized else images), dataset.labels[:n]
 
     def state_dict(self) -> dict[str, Any]:
         """The augmentation generator (Lightning stores it in checkpoints, so resumes crop alike)."""

@@ -57,7 +57,7 @@ class RunConfig:
     limit_train_batches: int | float | None = option(
         None, "Lightning: batches (int) or a fraction (float) of each epoch"
     )
-    precision: str = option("auto", "auto: bf16-mixed on a GPU or a CPU with native bf16, else 32-true")
+    precision: str = option("auto", "auto: bf16-mixed on a GPU, 32-true on a CPU (recorded by the run)")
     tf32: bool = option(True, "float32 matrix products on CUDA in TF32 (--no-tf32: strict float32)")
     seed: int = option(0, "weights, data split, augmentation and dropout")
 
@@ -150,6 +150,9 @@ class RunOptions:
     figures_every: int | None = option(5, "attention figures every N epochs (none: no attention record)")
     history_every: int | None = option(None, "locality snapshots every N steps (default: about 40 per run)")
     progress: Literal["auto", "bar", "lines"] = option("auto", "auto: a bar on a terminal, lines in a log")
+    explore: bool = option(
+        True, "write explorer.html, the attention explorer of the last checkpoint, at the end"
+    )
 
     def __post_init__(self) -> None:
         checks = [

@@ -24,8 +24,15 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from sa_conv import __version__
 from sa_conv.analysis import layer_summary
 from sa_conv.callbacks import AttentionFigures, TrainingProgress
-from sa_conv.checkpointing import AtomicCheckpointIO, InterruptCheckpoint, ResumableRNG, RunConfigRecord
+from sa_conv.checkpointing import (
+    AtomicCheckpointIO,
+    InterruptCheckpoint,
+    ResumableRNG,
+    RunConfigRecord,
+    read_checkpoint,
+)
 from sa_conv.data import CIFAR10DataModule
+from sa_conv.explorer import explorer_data, write_explorer
 from sa_conv.files import new_folders_removed_on_error, write_json, write_text
 from sa_conv.flops import counted_flops
 from sa_conv.interrupts import RunInterruptedError, sigint_as_sigterm
@@ -71,16 +78,20 @@ def settle_precision(config: RunConfig, accelerator: str, stored: dict[str, Any]
     if stored is None or config.precision != "auto":
         return config.replace(precision=resolve_precision(config.precision, accelerator))
     precision = stored.get("precision", "auto")
+    if precision == "auto":  # written before runs recorded their precision: what auto meant here then
+        precision = resolve_precision("auto", accelerator)
+    return config.replace(precision=precision)
+
+
+def warn_slow_bf16(config: RunConfig, accelerator: str) -> None:
+    """bf16 on a CPU without native bf16 (a resumed run keeps its precision): several times slower."""
     gpu = torch.cuda.is_available() and accelerator != "cpu"
-    if precision == "auto":  # written before runs recorded their precision: auto meant bf16 on GPUs only
-        precision = "bf16-mixed" if gpu else "32-true"
-    if precision == "bf16-mixed" and not gpu and not cpu_has_native_bf16():
+    if config.precision == "bf16-mixed" and not gpu and not cpu_has_native_bf16():
         print(
-            "warning: this run trains in bf16-mixed (its checkpoints' precision) and this CPU has no native "
-            "bf16: it will be several times slower here",
+            "warning: this run trains in bf16-mixed and this CPU has no native bf16 (AVX-512 BF16, AMX): it "
+            "will be several times slower here",
             file=sys.stderr,
         )
-    return config.replace(precision=precision)
 
 
 @dataclass
@@ -113,6 +124,7 @@ def train(
     with new_folders_removed_on_error(options.output_dir):
         _check_output_dir(options.output_dir)
         config = settle_precision(config, options.accelerator, resume.stored if resume else None)
+        warn_slow_bf16(config, options.accelerator)
         if torch.cuda.is_available() and options.accelerator != "cpu":  # TF32 tensor cores, or not
             torch.set_float32_matmul_precision("high" if config.tf32 else "highest")
         pl.seed_everything(config.seed, workers=True, verbose=False)
@@ -146,6 +158,8 @@ def train(
             summary["locality_history"] = snapshots
         if trainer.is_global_zero and not options.fast_dev_run:
             write_json(run_dir / "metrics.json", summary)
+            if options.explore and module.backbone.has_attention:
+                _explore(run_dir, datamodule, summary)
         return summary
 
 
@@ -338,6 +352,28 @@ def _test(
         "test_acc": float(results[0]["test/acc"]) if results else float("nan"),
         "best_val_acc": float(score) if score is not None else float("nan"),
     }
+
+
+def _explore(run_dir: Path, datamodule: CIFAR10DataModule, summary: dict[str, Any]) -> None:
+    """``explorer.html``: the attention explorer of the last checkpoint, on 8 test images."""
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if not last.is_file():
+        return
+    ckpt = read_checkpoint(last)
+    backbone = ImageClassifier.from_checkpoint(ckpt).backbone
+    images, _ = datamodule.evaluation_images(8, normalized=False)
+    source = "synthetic images" if datamodule.resolved_source() == "synthetic" else "test images"
+    meta = {
+        "model": summary["model"],
+        "config": summary["config"],
+        "checkpoint": str(last),
+        "step": ckpt.get("global_step"),
+        "test_acc": summary.get("test_acc"),
+        "test_note": "the run's reported accuracy (its best checkpoint)",
+        "images_note": f"{len(images)} {source} of the run's data",
+    }
+    data = explorer_data(backbone, images, datamodule.normalize(images), meta=meta)
+    write_explorer(run_dir / "explorer.html", data)
 
 
 def _summary(

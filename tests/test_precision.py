@@ -12,7 +12,7 @@ from experiments import run
 from experiments.cli import main_guard
 from sa_conv.checkpointing import read_checkpoint, run_config_of
 from sa_conv.run_config import RunConfig, config_difference
-from sa_conv.training import settle_precision
+from sa_conv.training import settle_precision, warn_slow_bf16
 
 QUICK = ["quadratic", "--scale", "tiny", "--layers", "1", "--hidden", "16", "--heads", "2", "--ffn", "16"]
 QUICK += ["--synthetic", "--synthetic-size", "64", "--batch-size", "32", "--epochs", "1"]
@@ -26,14 +26,12 @@ def cpu_with(monkeypatch: pytest.MonkeyPatch, flags: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("flags", "expected"),
-    [("avx512f avx512_bf16", "bf16-mixed"), ("amx_tile amx_bf16", "bf16-mixed"), ("avx512f", "32-true")],
+    ("flags", "native"), [("avx512f avx512_bf16", True), ("amx_tile amx_bf16", True), ("avx512f", False)]
 )
-def test_auto_resolves_from_the_cpus_flags(monkeypatch, flags, expected) -> None:
+def test_native_bf16_is_read_from_the_cpus_flags(monkeypatch, flags, native) -> None:
     cpu_with(monkeypatch, flags)
-    assert machine.resolve_precision("auto", "cpu") == expected
-    for explicit in ("32-true", "bf16-mixed"):
-        assert machine.resolve_precision(explicit, "cpu") == explicit
+    assert machine.cpu_has_native_bf16() is native
+    assert machine.hardware()["cpu_native_bf16"] is native
 
 
 def test_arm_bf16_feature_counts(monkeypatch) -> None:
@@ -41,15 +39,26 @@ def test_arm_bf16_feature_counts(monkeypatch) -> None:
     assert machine.cpu_has_native_bf16()
 
 
+def test_auto_is_bf16_on_a_gpu_and_float32_on_any_cpu(monkeypatch) -> None:
+    cpu_with(monkeypatch, "amx_bf16")  # even with native bf16: it moved the CPU-scale result
+    assert machine.resolve_precision("auto", "cpu") == "32-true"
+    monkeypatch.setattr(machine.torch.cuda, "is_available", lambda: True)
+    assert machine.resolve_precision("auto", "gpu") == "bf16-mixed"
+    assert machine.resolve_precision("auto", "cpu") == "32-true"  # a CPU run on a GPU machine
+    for explicit in ("32-true", "bf16-mixed"):
+        assert machine.resolve_precision(explicit, "cpu") == explicit
+
+
 def test_a_resumed_run_keeps_its_precision(monkeypatch, capsys) -> None:
     config = RunConfig(model="quadratic")  # precision auto
-    cpu_with(monkeypatch, "avx512f")  # this machine would pick 32-true
-    kept = settle_precision(config, "cpu", {"precision": "bf16-mixed"})
-    assert kept.precision == "bf16-mixed"
+    assert settle_precision(config, "cpu", {"precision": "bf16-mixed"}).precision == "bf16-mixed"
+    assert settle_precision(config, "cpu").precision == "32-true"  # a new run: this machine's choice
+    monkeypatch.setattr(machine.torch.cuda, "is_available", lambda: True)  # a GPU machine would pick bf16
+    assert settle_precision(config, "gpu", {"precision": "32-true"}).precision == "32-true"
+    assert settle_precision(config, "gpu", {"precision": "auto"}).precision == "bf16-mixed"  # older runs
+    cpu_with(monkeypatch, "avx2")
+    warn_slow_bf16(config.replace(precision="bf16-mixed"), "cpu")
     assert "no native bf16" in capsys.readouterr().err  # it says it will be slow
-    cpu_with(monkeypatch, "amx_bf16")  # this one would pick bf16
-    assert settle_precision(config, "cpu", {"precision": "32-true"}).precision == "32-true"
-    assert settle_precision(config, "cpu").precision == "bf16-mixed"  # a new run: this machine's choice
 
 
 def test_auto_matches_any_recorded_precision_but_an_explicit_one_must_agree() -> None:
@@ -62,14 +71,14 @@ def test_auto_matches_any_recorded_precision_but_an_explicit_one_must_agree() ->
 def test_the_run_records_its_precision_and_resumes_in_it(tmp_path: Path, monkeypatch, capsys) -> None:
     cpu_with(monkeypatch, "avx512_bf16")
     out = ["--output-dir", str(tmp_path)]
-    assert main_guard(run.main)([*QUICK, *out]) == 0
+    assert main_guard(run.main)([*QUICK, *out, "--precision", "bf16-mixed"]) == 0
     assert "precision bf16-mixed" in capsys.readouterr().out
     run_dir = tmp_path / "quadratic" / "version_0"
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["precision"] == "bf16-mixed"
     last = run_dir / "checkpoints" / "last.ckpt"
     assert run_config_of(read_checkpoint(last))["precision"] == "bf16-mixed"
 
-    cpu_with(monkeypatch, "avx2")  # the same command on a CPU without bf16: the run keeps bf16
+    cpu_with(monkeypatch, "avx2")  # resumed with auto on a CPU without bf16: the run keeps bf16
     assert main_guard(run.main)([*QUICK, *out, "--resume", str(last)]) == 0
     captured = capsys.readouterr()
     assert "precision bf16-mixed" in captured.out and "no native bf16" in captured.err

@@ -35,6 +35,7 @@ from sa_conv.files import write_json
 from sa_conv.flops import counted_flops
 from sa_conv.machine import hardware, resolve_precision
 from sa_conv.models import MODELS, create_model
+from sa_conv.training import flush_denormals
 
 BASELINE = (
     "reference: dense float32 probabilities (heads, N, N) shared by the batch, "
@@ -433,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError("--device cuda: no CUDA device on this machine")
     device = torch.device(args.device)
     scale = SCALES[args.scale]
+    flush_denormals()  # as the runs do
     torch.manual_seed(0)
     report = {
         "device": args.device,

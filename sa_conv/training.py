@@ -41,7 +41,7 @@ from sa_conv.machine import cpu_has_native_bf16, hardware, peak_flops, resolve_p
 from sa_conv.resume import Resume
 from sa_conv.run_config import RunConfig, RunOptions, dump_config
 
-__all__ = ["datamodule_for", "evaluate", "module_for", "settle_precision", "train"]
+__all__ = ["datamodule_for", "evaluate", "flush_denormals", "module_for", "settle_precision", "train"]
 
 
 def module_for(config: RunConfig) -> ImageClassifier:
@@ -81,6 +81,16 @@ def settle_precision(config: RunConfig, accelerator: str, stored: dict[str, Any]
     if precision == "auto":  # written before runs recorded their precision: what auto meant here then
         precision = resolve_precision("auto", accelerator)
     return config.replace(precision=precision)
+
+
+def flush_denormals() -> None:
+    """Flush float32 denormals to zero on the CPU (x86 FTZ/DAZ), for the whole process.
+
+    A quadratic head's softmax has tails e^-(alpha d^2) far below 1e-38: denormal numbers, on which x86
+    arithmetic takes a slow microcode path. Flushed, the 6-layer CPU-scale step runs 1.5x faster in float32;
+    what changes is below 1.2e-38 (the smallest normal float32), nothing a probability or a gradient of
+    this model resolves. No effect on GPUs (and on CPUs without the mode it does nothing)."""
+    torch.set_flush_denormal(True)
 
 
 def warn_slow_bf16(config: RunConfig, accelerator: str) -> None:
@@ -125,6 +135,7 @@ def train(
         _check_output_dir(options.output_dir)
         config = settle_precision(config, options.accelerator, resume.stored if resume else None)
         warn_slow_bf16(config, options.accelerator)
+        flush_denormals()
         if torch.cuda.is_available() and options.accelerator != "cpu":  # TF32 tensor cores, or not
             torch.set_float32_matmul_precision("high" if config.tf32 else "highest")
         pl.seed_everything(config.seed, workers=True, verbose=False)

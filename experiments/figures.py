@@ -25,7 +25,7 @@ from experiments.cli import (
     main_guard,
     positive_int,
 )
-from sa_conv.analysis import attention_maps_of, figures_of_maps, history_of, locality_queries
+from sa_conv.analysis import attention_maps_of, figures_of_maps, history_of, locality_queries, lr_schedule_of
 from sa_conv.checkpointing import read_checkpoint
 from sa_conv.files import save_png, write_json
 from sa_conv.lit import ImageClassifier
@@ -72,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     written, scalars = [], {}
     query = tuple(args.query) if args.query else None
     maps = attention_maps_of(backbone, images)  # per layer (B|1, heads, N, N): the figures and the table
-    for tag, value in figures_of_maps(maps, side, query=query, history=history_of(ckpt), name=name):
+    for tag, value in figures_of_maps(
+        maps, side, query=query, history=history_of(ckpt), lr=lr_schedule_of(ckpt), name=name
+    ):
         if isinstance(value, float):
             scalars[tag] = value
             continue

@@ -22,8 +22,9 @@ from typing import Any
 
 from experiments.cli import DEFAULT_DATA_DIR, ArgumentParser, UserError, check_data_dir, main_guard
 from experiments.presets import SCALES, preset
-from sa_conv.analysis import figures_of, layer_summary
+from sa_conv.analysis import figures_of, layer_summary, lr_schedule_of
 from sa_conv.checkpointing import read_checkpoint
+from sa_conv.curves import learning_curves, locality_by_layer
 from sa_conv.files import save_png, write_json, write_text
 from sa_conv.flops import analytic_flops
 from sa_conv.lit import ImageClassifier
@@ -129,9 +130,46 @@ def render_figures(metrics: dict[str, Any], prefix: str, args: Any) -> None:
     )
     images, _ = data.evaluation_images(100)
     args.figures.mkdir(parents=True, exist_ok=True)
-    for tag, value in figures_of(backbone, images, history=metrics.get("locality_history"), name=prefix):
+    history, lr = metrics.get("locality_history"), lr_schedule_of(ckpt)
+    for tag, value in figures_of(backbone, images, history=history, lr=lr, name=prefix):
         if not isinstance(value, float):
             save_png(value, args.figures / f"{prefix}_{tag.split('/', 1)[1]}.png")
+
+
+# the studies drawn together in the scale figures: a scale's runs and, beside them, its relatives'
+RELATED_SCALES = {"small": ("small", "small6"), "small6": ("small6", "small")}
+
+
+def scale_figures(args: Any) -> list[Path]:
+    """The figures across a scale's runs (and its related scales'), from the committed tables: locality
+    layer by layer of every attention run, and the learning curves of every run that recorded them."""
+    rows = []
+    for scale in RELATED_SCALES.get(args.scale, (args.scale,)):
+        path = args.out / f"{scale}.json"
+        if path.is_file():
+            rows += [(scale, row) for row in json.loads(path.read_text())]
+    written = []
+
+    def label(scale: str, r: dict[str, Any]) -> str:
+        return f"{r['name']} s{r['seed']} ({scale}, {len(r['layers']) or '-'} layers)"
+
+    attention = [{"label": label(sc, r), "layers": r["layers"]} for sc, r in rows if r.get("layers")]
+    if attention:
+        path = args.figures / f"{args.scale}_locality_by_layer.png"
+        save_png(
+            locality_by_layer(attention, title=f"locality layer by layer, {args.scale} and beside it"), path
+        )
+        written.append(path)
+    curves = [
+        {"label": label(sc, r), "epochs": r["epochs_history"]} for sc, r in rows if r.get("epochs_history")
+    ]
+    if curves:
+        path = args.figures / f"{args.scale}_learning_curves.png"
+        save_png(
+            learning_curves(curves, title=f"validation accuracy per epoch, {args.scale} and beside it"), path
+        )
+        written.append(path)
+    return written
 
 
 def standard_error(accuracy: float, n: int) -> float:
@@ -320,10 +358,12 @@ def main(argv: list[str] | None = None) -> int:
         if metrics is None:
             continue
         results[(entry.name, seed)] = row_of(entry, seed, metrics)
-        if not args.no_figures and seed == entry.seeds[0] and "layers" in metrics:
-            render_figures(metrics, f"{args.scale}_{entry.name}", args)
+        if not args.no_figures and "layers" in metrics:
+            render_figures(metrics, f"{args.scale}_{entry.name}-seed{seed}", args)
         write()
     write()
+    if not args.no_figures:
+        scale_figures(args)
     print((args.out / f"{args.scale}.md").read_text())
     return 0
 

@@ -4,15 +4,18 @@ The training callbacks, the study and the figure command all call these."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from sa_conv.curves import locality_over_training, locality_summary
+from sa_conv.lit import OptimConfig, lr_factor
 from sa_conv.metrics import SHARP_MASS, gaussian_alpha, interior_queries, locality, peak_shift
 from sa_conv.models import Backbone
-from sa_conv.viz import attention_grid, centre_plot, layer_heads, locality_over_training, locality_summary
+from sa_conv.viz import attention_grid, centre_plot, layer_centres, layer_heads
 
 __all__ = [
     "attention_maps_of",
@@ -22,6 +25,7 @@ __all__ = [
     "layer_summary",
     "locality_queries",
     "locality_snapshot",
+    "lr_schedule_of",
 ]
 
 
@@ -119,15 +123,17 @@ def figures_of(
     *,
     query: tuple[int, int] | None = None,
     history: list[dict[str, Any]] | None = None,
+    lr: Callable[[int], float] | None = None,
     name: str = "",
 ) -> list[tuple[str, Figure | float]]:
     """Every attention figure and locality scalar of an SA backbone, as ``(tag, value)`` pairs.
 
-    The centre plot and the locality-over-training plot are drawn from ``history`` (the run's own
-    snapshots) and need at least one (two) of them.
+    The centre figures and the locality-over-training plot are drawn from ``history`` (the run's own
+    snapshots) and need at least one (two) of them; ``lr`` (the learning rate at a step) draws the
+    schedule beside the latter.
     """
     maps = attention_maps_of(backbone, images)
-    return figures_of_maps(maps, _side(backbone), query=query, history=history, name=name)
+    return figures_of_maps(maps, _side(backbone), query=query, history=history, lr=lr, name=name)
 
 
 def figures_of_maps(
@@ -136,6 +142,7 @@ def figures_of_maps(
     *,
     query: tuple[int, int] | None = None,
     history: list[dict[str, Any]] | None = None,
+    lr: Callable[[int], float] | None = None,
     name: str = "",
 ) -> list[tuple[str, Figure | float]]:
     """``figures_of`` from attention maps already computed: per layer ``(B|1, heads, N, N)``, N = side^2."""
@@ -167,6 +174,12 @@ def figures_of_maps(
     if history:
         series = _history_tensors(history)
         if "centres" in series:
+            last = layer_centres(
+                series["centres"][-1],
+                inverse_covariance=series["inverse_covariance"][-1],
+                title=f"{name + ', ' if name else ''}step {series['steps'][-1]}",
+            )
+            out.append(("attention/layer_centres", last))
             centres = centre_plot(
                 series["centres"],
                 inverse_covariance=series["inverse_covariance"],
@@ -181,10 +194,22 @@ def figures_of_maps(
                 series["sharp_fraction"],
                 conv_likeness=series["conv_likeness"],
                 median_alpha=series["median_alpha"],
+                lr=[lr(step) for step in series["steps"]] if lr is not None else None,
                 title=f"{prefix}locality over training",
             )
             out.append(("attention/locality_over_training", figure))
     return out
+
+
+def lr_schedule_of(ckpt: dict[str, Any]) -> Callable[[int], float] | None:
+    """The learning rate at each step of the run a checkpoint belongs to (None for checkpoints written
+    before they recorded the schedule's length)."""
+    total = (ckpt.get("schedule") or {}).get("total_steps")
+    optim = ckpt.get("hyper_parameters", {}).get("optim")
+    if total is None or optim is None:
+        return None
+    config = OptimConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in optim.items()})
+    return lambda step: config.lr * lr_factor(step, total, config)
 
 
 def history_of(ckpt: dict[str, Any]) -> list[dict[str, Any]] | None:

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from sa_conv.analysis import figures_of, locality_snapshot
 from sa_conv.data import CIFAR10DataModule
-from sa_conv.lit import ImageClassifier
+from sa_conv.lit import ImageClassifier, lr_factor
 
 __all__ = ["AttentionFigures", "TrainingProgress"]
 
@@ -252,7 +252,12 @@ class AttentionFigures(pl.Callback):
             return
         step = trainer.global_step
         images = self._images(trainer, pl_module)
-        for tag, value in figures_of(pl_module.backbone, images, query=self.query, history=self.history):
+        lr = None
+        if isinstance(pl_module, ImageClassifier) and pl_module.total_steps_planned is not None:
+            optim, total = pl_module.optim, pl_module.total_steps_planned
+            lr = lambda s: optim.lr * lr_factor(s, total, optim)  # noqa: E731
+        figures = figures_of(pl_module.backbone, images, query=self.query, history=self.history, lr=lr)
+        for tag, value in figures:
             if isinstance(value, Figure):
                 writer.add_figure(tag, value, global_step=step, close=True)
             else:

@@ -123,6 +123,7 @@ class ImageClassifier(pl.LightningModule):
         self.train_acc = MulticlassAccuracy(classes, average="micro", validate_args=False)
         self.val_acc = MulticlassAccuracy(classes, average="micro")
         self.test_acc = MulticlassAccuracy(classes, average="micro")
+        self.total_steps_planned: int | None = None  # the schedule's length, once the optimizer is set up
         # (step, loss) of the first non-finite training loss; step -1: none yet
         self.register_buffer("_nonfinite", torch.tensor([-1.0, 0.0]), persistent=False)
 
@@ -150,6 +151,8 @@ class ImageClassifier(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.check_finite()  # a state after a NaN loss is never saved: the last good checkpoint stays
         checkpoint["sa_conv_version"] = __version__
+        if self.total_steps_planned is not None:  # the schedule's length: figures draw the learning rate
+            checkpoint["schedule"] = {"total_steps": self.total_steps_planned}
 
     def _step(self, batch: tuple[Tensor, Tensor], stage: str, name: str) -> Tensor:
         images, labels = batch
@@ -233,7 +236,7 @@ class ImageClassifier(pl.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         optim = self.optim
         optimizer = torch.optim.SGD(self.parameter_groups(), lr=optim.lr, momentum=optim.momentum)
-        total = self.total_steps()
+        total = self.total_steps_planned = self.total_steps()
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, total, optim))
         # TensorBoard: lr (one group), or lr/decay and lr/no_decay
         return {

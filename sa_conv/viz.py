@@ -1,9 +1,12 @@
 """Pure figure functions: tensors in, a matplotlib ``Figure`` out (Agg backend, no pyplot state).
 
-Attention cells: colour = probability divided by the head's own peak (one colour bar, 0..1; the cell's
-title gives the peak), the red square is the query pixel, and the contours enclose 50% (white) and 90%
-(orange) of the head's attention mass. Centre figures draw each head's Gaussian at its centre with the
-circles (ellipses) holding 50% (solid) and 90% (dotted) of its mass, as the paper's Figures 3-4.
+Attention cells: colour = probability on one linear scale for the whole figure (its colour bar; a
+uniform head is dark, a sharp one bright; each cell's title gives its peak), cropped to a window of
++-5 pixels around the query with the shifts (dy, dx) as ticks; the red corners mark the query pixel
+(its own value stays visible), and the contours enclose 50% (white) and 90% (orange) of the head's
+attention mass. Centre figures draw each head's Gaussian at its centre with the circles (ellipses)
+holding 50% (solid) and 90% (dotted) of its mass, as the paper's Figures 3-4, every head numbered;
+a head whose attention is uniform (alpha ~ 0) is a grey cross, without circles.
 """
 
 from __future__ import annotations
@@ -26,16 +29,17 @@ __all__ = [
     "attention_grid",
     "centre_plot",
     "conversion_figure",
+    "layer_centres",
     "layer_heads",
-    "locality_over_training",
-    "locality_summary",
     "mass_levels",
     "mass_radius",
 ]
 
 CMAP = "viridis"
 CONTOURS = ("orange", "white")  # for the ascending levels: the 90% boundary, then the 50% one
-CONTOUR_NOTE = "contours: 50% (white) and 90% (orange) of the mass; red square: query"
+CONTOUR_NOTE = "contours: 50% (white) and 90% (orange) of the mass; red corners: the query pixel"
+WINDOW = 5  # attention cells show +-WINDOW pixels around the query
+UNIFORM_ALPHA = 1e-3  # a Gaussian head below this sharpness attends (almost) uniformly
 
 
 def mass_levels(p: np.ndarray, masses: Sequence[float] = (0.5, 0.9)) -> list[float]:
@@ -51,21 +55,58 @@ def mass_radius(mass: float) -> float:
     return math.sqrt(-2.0 * math.log(1.0 - mass))
 
 
-def _cell(ax, p: np.ndarray, query: tuple[int, int] | None, contours: bool = True):
-    """One attention map, scaled to its own peak; returns the image (for a colour bar)."""
-    image = ax.imshow(
-        p / max(float(p.max()), 1e-30), cmap=CMAP, norm=Normalize(0, 1), interpolation="nearest"
+def _crop(p: np.ndarray, query: tuple[int, int], window: int | None) -> tuple[np.ndarray, list[float]]:
+    """The window of ``p`` (H, W) around the query, and its extent in shifts (dy, dx) from the query."""
+    qy, qx = query
+    h, w = p.shape
+    if window is None:
+        return p, [-qx - 0.5, w - qx - 0.5, h - qy - 0.5, -qy - 0.5]
+    y0, y1, x0, x1 = (
+        max(qy - window, 0),
+        min(qy + window + 1, h),
+        max(qx - window, 0),
+        min(qx + window + 1, w),
     )
+    return p[y0:y1, x0:x1], [x0 - qx - 0.5, x1 - qx - 0.5, y1 - qy - 0.5, y0 - qy - 0.5]
+
+
+def _query_corners(ax) -> None:
+    """Red corner marks around the query pixel (shift 0, 0): its own value stays visible."""
+    for sx in (-1, 1):
+        for sy in (-1, 1):
+            x, y = sx * 0.5, sy * 0.5
+            ax.plot([x, x - sx * 0.3], [y, y], color="red", lw=1.0, solid_capstyle="butt")
+            ax.plot([x, x], [y, y - sy * 0.3], color="red", lw=1.0, solid_capstyle="butt")
+
+
+def _cell(
+    ax,
+    p: np.ndarray,
+    query: tuple[int, int] | None,
+    *,
+    vmax: float,
+    window: int | None = WINDOW,
+    contours: bool = True,
+):
+    """One attention map on the figure's colour scale, cropped around the query; returns the image."""
+    if query is None:
+        image = ax.imshow(p, cmap=CMAP, norm=Normalize(0, vmax), interpolation="nearest")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        return image
+    crop, extent = _crop(p, query, window)
+    image = ax.imshow(crop, cmap=CMAP, norm=Normalize(0, vmax), interpolation="nearest", extent=extent)
     if contours and p.max() > p.min():
-        levels = mass_levels(p)  # ascending: the 90% threshold, then the 50% one
+        levels = mass_levels(p)  # ascending: the 90% threshold, then the 50% one (of the whole map)
         if len(levels) == 2 or (len(levels) == 1 and levels[0] > p.min()):
-            ax.contour(p, levels=levels, colors=list(CONTOURS[-len(levels) :]), linewidths=0.7)
-    if query is not None:
-        ax.add_patch(
-            Rectangle((query[1] - 0.5, query[0] - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.2)
-        )
-    ax.set_xticks([])
-    ax.set_yticks([])
+            ys = np.arange(crop.shape[0]) + extent[3] + 0.5
+            xs = np.arange(crop.shape[1]) + extent[0] + 0.5
+            ax.contour(xs, ys, crop, levels=levels, colors=list(CONTOURS[-len(levels) :]), linewidths=0.7)
+    _query_corners(ax)
+    ticks = [t for t in range(-window if window else -16, (window or 16) + 1, 2)]
+    ax.set_xticks([t for t in ticks if extent[0] < t < extent[1]])
+    ax.set_yticks([t for t in ticks if extent[3] < t < extent[2]])
+    ax.tick_params(labelsize=5, length=2, pad=1)
     return image
 
 
@@ -83,18 +124,19 @@ def layer_heads(
     """
     maps = _query_maps(probs, query[0] * width + query[1], height, width)
     heads = len(maps)
+    vmax = max(float(maps.max()), 1e-12)
     cols = math.ceil(math.sqrt(heads))
     rows = math.ceil(heads / cols)
-    fig = Figure(figsize=(1.9 * cols + 1.0, 1.9 * rows + 0.9), constrained_layout=True)
+    fig = Figure(figsize=(2.0 * cols + 1.0, 2.0 * rows + 0.9), constrained_layout=True)
     axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
     image = None
     for h, ax in enumerate(axes):
         if h >= heads:
             ax.set_visible(False)
             continue
-        image = _cell(ax, maps[h], query)
+        image = _cell(ax, maps[h], query, vmax=vmax)
         ax.set_title(f"head {h + 1} (peak {maps[h].max():.2f})", fontsize=8)
-    fig.colorbar(image, ax=list(axes[:heads]), shrink=0.8, label="probability / head's peak")
+    fig.colorbar(image, ax=list(axes[:heads]), shrink=0.8, label="attention probability (one scale)")
     fig.suptitle((f"{title}\n" if title else "") + CONTOUR_NOTE, fontsize=9)
     return fig
 
@@ -120,23 +162,25 @@ def attention_grid(
         figsize=(lc * (1.15 * hc + 0.2) + 1.2, lr * (1.15 * hr + 0.45) + 0.8), constrained_layout=True
     )
     blocks = np.atleast_1d(fig.subfigures(lr, lc, squeeze=False)).ravel()
+    all_maps = [_query_maps(m, q, height, width) for m in maps]  # per layer (heads, H, W)
+    vmax = max(max(float(m.max()) for m in all_maps), 1e-12)
     image, cells = None, []
     for i, block in enumerate(blocks):
         if i >= layers:
             continue
-        probs = _query_maps(maps[i], q, height, width)  # (heads, H, W)
+        probs = all_maps[i]  # (heads, H, W)
         axes = np.atleast_1d(block.subplots(hr, hc, squeeze=False)).ravel()
         cells = []  # the last layer's: the colour bar sits beside them
         for h, ax in enumerate(axes):
             if h >= len(probs):
                 ax.set_visible(False)
                 continue
-            image = _cell(ax, probs[h], query)
-            ax.set_title(f"{h + 1}", fontsize=7, pad=2)
+            image = _cell(ax, probs[h], query, vmax=vmax)
+            ax.set_title(f"{h + 1} ({probs[h].max():.2f})", fontsize=6, pad=2)
             cells.append(ax)
         block.suptitle(f"layer {i + 1}", fontsize=9)
-    fig.colorbar(image, ax=cells, shrink=0.8, label="probability / head's peak")
-    fig.suptitle((f"{title}\n" if title else "") + "heads numbered; " + CONTOUR_NOTE, fontsize=9)
+    fig.colorbar(image, ax=cells, shrink=0.8, label="attention probability (one scale)")
+    fig.suptitle((f"{title}\n" if title else "") + "heads numbered (peak); " + CONTOUR_NOTE, fontsize=9)
     return fig
 
 
@@ -157,21 +201,85 @@ def _gaussian_ellipse(centre: np.ndarray, inv_cov: np.ndarray, mass: float, colo
     )
 
 
+def _uniform(inv_cov: np.ndarray | None) -> np.ndarray | None:
+    """Heads whose Gaussian is (almost) flat: largest eigenvalue of A below 2 * UNIFORM_ALPHA."""
+    if inv_cov is None:
+        return None
+    return np.linalg.eigvalsh(inv_cov)[..., -1] < 2 * UNIFORM_ALPHA
+
+
+def _extent(centres: np.ndarray, inv_cov: np.ndarray | None, limit: float = 16.0) -> float:
+    """Half the side of a centre panel: every centre and its 90% circle (uniform heads left out), at
+    least 3 pixels, at most ``limit``."""
+    reach = np.abs(centres).max(-1)
+    if inv_cov is not None:
+        vals = np.clip(np.linalg.eigvalsh(inv_cov)[..., 0], 1e-6, None)
+        radius = mass_radius(0.9) / np.sqrt(vals)
+        reach = np.where(_uniform(inv_cov), np.abs(centres).max(-1), reach + radius)
+    return float(np.clip(np.ceil(reach.max() + 0.5), 3.0, limit))
+
+
 def _centre_panel(ax, centres: np.ndarray, inv_cov: np.ndarray | None, extent: float, annotate: bool) -> None:
     colours = _head_colours(len(centres))
+    uniform = _uniform(inv_cov)
     for h, (dy, dx) in enumerate(centres):
-        ax.plot(dx, dy, "o", color=colours[h], markersize=3)
-        if inv_cov is not None:
+        flat = uniform is not None and uniform[h]
+        if flat:  # a uniform head: its circles would cover the image; a grey cross instead
+            ax.plot(dx, dy, "x", color="grey", markersize=6, mew=1.2)
+        elif inv_cov is not None:
             ax.add_patch(_gaussian_ellipse(centres[h], inv_cov[h], 0.5, colours[h], "-"))
             ax.add_patch(_gaussian_ellipse(centres[h], inv_cov[h], 0.9, colours[h], ":"))
-        if annotate:
-            ax.annotate(str(h + 1), (dx, dy), textcoords="offset points", xytext=(3, 3), fontsize=6)
-    ax.add_patch(Rectangle((-0.5, -0.5), 1, 1, color="black"))  # the query pixel
+        if annotate:  # the number at the centre, on the head's colour
+            box = {
+                "boxstyle": "circle,pad=0.15",
+                "fc": "white" if flat else colours[h],
+                "ec": "none",
+                "alpha": 0.9,
+            }
+            ax.text(dx, dy, str(h + 1), fontsize=6, ha="center", va="center", bbox=box, zorder=5)
+        else:
+            ax.plot(dx, dy, "o", color=colours[h], markersize=3)
+    ax.add_patch(Rectangle((-0.5, -0.5), 1, 1, fill=False, edgecolor="black", lw=1.2))  # the query pixel
     ax.set_xlim(-extent, extent)
     ax.set_ylim(extent, -extent)  # y down, like the image
     ax.set_aspect("equal")
     ax.grid(True, linewidth=0.3)
     ax.tick_params(labelsize=6)
+
+
+def _centre_legend(fig: Figure) -> None:
+    legend = [
+        Line2D([], [], color="grey", lw=0.8, ls="-", label="50% of the head's mass"),
+        Line2D([], [], color="grey", lw=0.8, ls=":", label="90%"),
+        Line2D([], [], marker="x", color="grey", ls="", label="uniform head (alpha ~ 0)"),
+        Line2D([], [], marker="s", mfc="none", color="black", ls="", label="query pixel"),
+    ]
+    fig.legend(handles=legend, loc="outside lower center", ncols=4, fontsize=7)
+
+
+def layer_centres(
+    centres: Tensor, *, inverse_covariance: Tensor | None = None, title: str | None = None
+) -> Figure:
+    """The paper's centre figure for a whole model: one panel per layer (near-square grid), every head
+    numbered at its centre with its 50% / 90% circles. ``centres`` ``(layers, heads, 2)`` in (dy, dx),
+    ``inverse_covariance`` ``(layers, heads, 2, 2)``."""
+    c = centres.detach().double().cpu().numpy()
+    inv = None if inverse_covariance is None else inverse_covariance.detach().double().cpu().numpy()
+    layers = c.shape[0]
+    cols = math.ceil(math.sqrt(layers))
+    rows = math.ceil(layers / cols)
+    fig = Figure(figsize=(3.2 * cols + 0.4, 3.2 * rows + 1.0), constrained_layout=True)
+    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+    for layer, ax in enumerate(axes):
+        if layer >= layers:
+            ax.set_visible(False)
+            continue
+        layer_inv = None if inv is None else inv[layer]
+        _centre_panel(ax, c[layer], layer_inv, _extent(c[layer], layer_inv), annotate=True)
+        ax.set_title(f"layer {layer + 1}", fontsize=9)
+    _centre_legend(fig)
+    fig.suptitle(f"{title + ': ' if title else ''}centres of attention (dy down, dx right)", fontsize=10)
+    return fig
 
 
 def centre_plot(
@@ -180,26 +288,29 @@ def centre_plot(
     inverse_covariance: Tensor | None = None,
     steps: Sequence[int] | None = None,
     points: int = 4,
-    extent: float = 6.0,
     title: str | None = None,
 ) -> Figure:
-    """The paper's centre plot: each head's centre with its 50% / 90% circles, per layer, at several
-    points of training (rows), and a last row with every head's trajectory.
-
-    ``centres`` ``(T, layers, heads, 2)`` in (dy, dx) over T snapshots; ``inverse_covariance``
-    ``(T, layers, heads, 2, 2)`` (the quadratic's s^2 I or the generalized S S^T) draws the circles.
-    """
+    """The paper's centre plot over training: each head's centre with its 50% / 90% circles, per layer,
+    at several points of training (rows, every head numbered), and a last row with every head's
+    trajectory. ``centres`` ``(T, layers, heads, 2)`` in (dy, dx) over T snapshots; ``inverse_covariance``
+    ``(T, layers, heads, 2, 2)`` (the quadratic's s^2 I or the generalized S S^T) draws the circles."""
     c = centres.detach().double().cpu().numpy()
     inv = None if inverse_covariance is None else inverse_covariance.detach().double().cpu().numpy()
     t, layers, heads, _ = c.shape
     chosen = sorted({round(i * (t - 1) / max(points - 1, 1)) for i in range(min(points, t))})
     rows = len(chosen) + (t > 1)
-    fig = Figure(figsize=(2.3 * layers + 0.6, 2.3 * rows + 0.9), constrained_layout=True)
+    extents = [
+        max(_extent(c[i, layer], None if inv is None else inv[i, layer]) for i in chosen)
+        for layer in range(layers)
+    ]
+    fig = Figure(figsize=(2.6 * layers + 0.6, 2.6 * rows + 0.9), constrained_layout=True)
     axes = fig.subplots(rows, layers, squeeze=False)
     for r, i in enumerate(chosen):
         for layer in range(layers):
             ax = axes[r, layer]
-            _centre_panel(ax, c[i, layer], None if inv is None else inv[i, layer], extent, annotate=r == 0)
+            _centre_panel(
+                ax, c[i, layer], None if inv is None else inv[i, layer], extents[layer], annotate=True
+            )
             if r == 0:
                 ax.set_title(f"layer {layer + 1}", fontsize=9)
         label = f"step {steps[i]}" if steps is not None else f"snapshot {i + 1}"
@@ -210,88 +321,13 @@ def centre_plot(
             ax = axes[-1, layer]
             for h in range(heads):
                 ax.plot(c[:, layer, h, 1], c[:, layer, h, 0], color=colours[h], lw=0.9)
-                ax.plot(c[-1, layer, h, 1], c[-1, layer, h, 0], "x", color=colours[h], markersize=5)
-            _centre_panel(ax, c[-1, layer], None, extent, annotate=False)
+            _centre_panel(ax, c[-1, layer], None, extents[layer], annotate=True)
         axes[-1, 0].set_ylabel("trajectories", fontsize=8)
-    legend = [
-        Line2D([], [], color="grey", lw=0.8, ls="-", label="50% of the head's mass"),
-        Line2D([], [], color="grey", lw=0.8, ls=":", label="90%"),
-        Line2D([], [], marker="s", color="black", ls="", label="query pixel"),
-    ]
-    fig.legend(handles=legend, loc="outside lower center", ncols=3, fontsize=7)
+    _centre_legend(fig)
     span = f", steps {steps[0]}..{steps[-1]}" if steps else ""
     fig.suptitle(
         f"{title + ': ' if title else ''}centres of attention (dy down, dx right){span}", fontsize=10
     )
-    return fig
-
-
-def locality_over_training(
-    steps: Sequence[int],
-    mean_distance: Tensor,
-    sharp_fraction: Tensor,
-    *,
-    conv_likeness: Tensor | None = None,
-    median_alpha: Tensor | None = None,
-    title: str | None = None,
-) -> Figure:
-    """Per layer, against the training step: median alpha (Gaussian heads), mean attention distance,
-    the fraction of heads with >= 0.5 of their mass on one pixel, and the heads' mean mass on their
-    single most attended pixel (conv-likeness). Each tensor is ``(T, layers)``."""
-    series = [("mean attention distance (pixels)", mean_distance, False)]
-    series.append(("fraction of heads with >= 50% on one pixel", sharp_fraction, False))
-    if conv_likeness is not None:
-        series.append(("conv-likeness: mean mass on one pixel", conv_likeness, False))
-    if median_alpha is not None:
-        series.insert(0, ("median alpha (log scale)", median_alpha, True))
-    fig = Figure(figsize=(3.6 * len(series), 3.2), constrained_layout=True)
-    axes = np.atleast_1d(fig.subplots(1, len(series)))
-    x = np.asarray(steps)
-    for ax, (label, values, log) in zip(axes, series, strict=True):
-        v = values.detach().float().cpu().numpy()
-        for layer in range(v.shape[1]):
-            ax.plot(x, v[:, layer], marker=".", markersize=3, label=f"layer {layer + 1}")
-        ax.set_xlabel("training step", fontsize=8)
-        ax.set_title(label, fontsize=9)
-        ax.tick_params(labelsize=7)
-        ax.grid(True, linewidth=0.3)
-        if log:
-            ax.set_yscale("log")
-    axes[0].legend(fontsize=7)
-    fig.suptitle(title or "locality over training", fontsize=10)
-    return fig
-
-
-def locality_summary(distances: Tensor, *, sharp: Tensor | None = None, title: str | None = None) -> Figure:
-    """Mean attention distance of every head, per layer ``(layers, heads)``; sharp heads filled."""
-    d = distances.detach().float().cpu().numpy()
-    layers, heads = d.shape
-    fig = Figure(figsize=(1.4 + 0.8 * layers, 3.2), constrained_layout=True)
-    ax = fig.subplots()
-    for layer in range(layers):
-        xs = np.full(heads, layer + 1) + np.linspace(-0.15, 0.15, heads)
-        filled = sharp[layer].cpu().numpy() if sharp is not None else np.zeros(heads, bool)
-        ax.scatter(
-            xs[filled],
-            d[layer, filled],
-            color="tab:blue",
-            s=18,
-            label=">= 50% on one pixel" if layer == 0 else None,
-        )
-        ax.scatter(
-            xs[~filled],
-            d[layer, ~filled],
-            facecolor="none",
-            edgecolor="tab:blue",
-            s=18,
-            label="spread out" if layer == 0 and sharp is not None else None,
-        )
-    ax.plot(np.arange(1, layers + 1), d.mean(1), color="black", linewidth=1, label="mean")
-    ax.set_xticks(np.arange(1, layers + 1))
-    ax.set_xlabel("layer")
-    ax.set_ylabel("mean attention distance (pixels)")
-    ax.legend(fontsize=7)
-    ax.set_title(title or "locality per layer and head", fontsize=10)
     return fig
 
 
@@ -325,6 +361,6 @@ def conversion_figure(
     ax_c.set_title(f"{len(c)} head centres Delta_h = tap shifts", fontsize=9)
     q = query[0] * width + query[1]
     total = probs.detach().float().cpu()[0, :, q].sum(0).reshape(height, width).numpy()
-    _cell(ax_p, total, query, contours=False)
+    _cell(ax_p, total, query, vmax=float(total.max()), window=None, contours=False)
     ax_p.set_title("attention of all heads at the query (sum)", fontsize=9)
     return fig

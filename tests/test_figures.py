@@ -17,6 +17,7 @@ from experiments import figures, run
 from experiments.cli import main_guard
 from sa_conv.analysis import figures_of, layer_summary
 from sa_conv.checkpointing import read_checkpoint
+from sa_conv.curves import locality_over_training, locality_summary
 from sa_conv.encodings import QuadraticEncoding
 from sa_conv.lit import ImageClassifier
 from sa_conv.metrics import gaussian_alpha, head_table, interior_queries, locality, peak_shift
@@ -25,8 +26,6 @@ from sa_conv.viz import (
     centre_plot,
     conversion_figure,
     layer_heads,
-    locality_over_training,
-    locality_summary,
     mass_levels,
     mass_radius,
 )

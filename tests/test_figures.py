@@ -11,13 +11,14 @@ import urllib.request
 import numpy as np
 import pytest
 import torch
+from matplotlib.patches import Ellipse
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from experiments import figures, run
 from experiments.cli import main_guard
 from sa_conv.analysis import figures_of, layer_summary
 from sa_conv.checkpointing import read_checkpoint
-from sa_conv.curves import locality_over_training, locality_summary
+from sa_conv.curves import learning_curves, locality_by_layer, locality_over_training, locality_summary
 from sa_conv.encodings import QuadraticEncoding
 from sa_conv.lit import ImageClassifier
 from sa_conv.metrics import gaussian_alpha, head_table, interior_queries, locality, peak_shift
@@ -25,6 +26,7 @@ from sa_conv.viz import (
     attention_grid,
     centre_plot,
     conversion_figure,
+    layer_centres,
     layer_heads,
     mass_levels,
     mass_radius,
@@ -354,3 +356,50 @@ def test_layer_summary_counts_sharp_heads_and_their_distinct_taps():
     assert row["sharp_heads"] == 3 and row["sharp_distinct_taps"] == 2 and row["heads"] == 4
     assert row["mean_distance"] == pytest.approx(2.0) and row["conv_likeness"] == pytest.approx(0.5625)
     assert row["median_alpha"] == pytest.approx(2.0)  # alphas 2, 2, 2, 0.5
+
+
+def test_one_colour_scale_for_every_cell_and_a_window_around_the_query():
+    sharp = QuadraticEncoding(2).set_(torch.tensor([[0.0, 1.0], [-2.0, 0.0]]), 20.0)
+    uniform = torch.full((1, 1, 256, 256), 1 / 256)
+    probs = torch.cat([sharp.logits(16, 16).softmax(-1)[None], uniform], dim=1)  # (1, 3, 256, 256)
+    fig = layer_heads(probs, 16, 16, (8, 8))
+    images = [ax.images[0] for ax in fig.axes if ax.images]
+    vmax = {im.norm.vmax for im in images}
+    assert len(vmax) == 1 and vmax.pop() == pytest.approx(float(probs[0, :, 8 * 16 + 8].max()))  # one scale
+    assert images[0].get_array().shape == (11, 11)  # +-5 pixels around the query
+    assert images[0].get_extent() == [-5.5, 5.5, 5.5, -5.5]  # shifts (dy, dx) from the query
+    peak = np.unravel_index(np.argmax(images[0].get_array()), (11, 11))
+    assert (peak[0] - 5, peak[1] - 5) == (0, 1)  # head 1 attends one pixel right of the query
+    assert images[2].get_array().max() == pytest.approx(1 / 256)  # uniform: dark on the shared scale
+    edge = layer_heads(probs, 16, 16, (0, 15))  # a query in the corner: the window is clipped
+    assert next(ax for ax in edge.axes if ax.images).images[0].get_extent() == [-5.5, 0.5, 5.5, -0.5]
+
+
+def test_layer_centres_number_every_head_and_mark_uniform_ones():
+    centres = torch.tensor([[[0.0, 1.0], [2.0, -1.0], [0.0, 0.0]], [[1.0, 1.0], [-3.0, 4.0], [9.0, 9.0]]])
+    s2 = torch.tensor([[2.0, 0.5, 1e-6], [4.0, 1.0, 3.0]])  # layer 1 head 3: uniform (alpha ~ 0)
+    inv = s2[..., None, None] * torch.eye(2)
+    fig = layer_centres(centres, inverse_covariance=inv)
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(panels) == 2
+    for ax in panels:
+        assert sorted(t.get_text() for t in ax.texts) == ["1", "2", "3"]  # every head numbered
+    ellipses = [p for p in panels[0].patches if isinstance(p, Ellipse)]
+    assert len(ellipses) == 4  # 2 circles for each of the 2 non-uniform heads, none for the uniform one
+    assert any(line.get_marker() == "x" for line in panels[0].lines)
+    assert panels[1].get_xlim()[1] >= 9.0  # the axes fit a far centre (and its circles)
+
+
+def test_locality_by_layer_and_learning_curves_draw_every_run():
+    runs = [
+        {"label": "six", "layers": [{"mean_distance": 1.0 + i, "sharp_heads": 6 - i} for i in range(6)]},
+        {"label": "two", "layers": [{"mean_distance": 2.0, "sharp_heads": 4, "median_alpha": 2.5}] * 2},
+    ]
+    fig = locality_by_layer(runs)
+    distance, sharp, _, alpha = fig.axes
+    assert distance.lines[0].get_ydata().tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    assert tuple(distance.lines[1].get_color()) == tuple(sharp.lines[1].get_color())  # one colour per run
+    assert alpha.lines[0].get_ydata().tolist() == [2.5, 2.5] and alpha.get_yscale() == "log"
+    epochs = [{"epoch": 1, "val_acc": 0.3}, {"epoch": 2, "val_acc": 0.5}]
+    curves = learning_curves([{"label": "a", "epochs": epochs}, {"label": "b", "epochs": epochs[:1]}])
+    assert curves.axes[0].lines[0].get_ydata().tolist() == [30.0, 50.0]

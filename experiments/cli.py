@@ -9,6 +9,7 @@ import logging
 import math
 import re
 import sys
+import threading
 import types
 import typing
 import warnings
@@ -262,6 +263,7 @@ def main_guard(main: Callable[[list[str] | None], int | None]) -> Callable[[list
         from sa_conv.training import RunInterruptedError
 
         quiet_libraries()
+        quiet_disk_full_threads()
         argv = list(sys.argv[1:] if argv is None else argv)
         debug = "--debug" in argv
         try:
@@ -293,6 +295,21 @@ _CHATTER = re.compile(
     r"Tip:|GPU available|TPU available|HPU available|IPU available|Using bfloat16|Using 16bit|"
     r"Restoring states from|Restored all states|Loaded model weights|`Trainer.fit` stopped|Received SIG"
 )
+
+
+def quiet_disk_full_threads() -> None:
+    """A writer thread (TensorBoard's) that finds the disk full stays quiet: the error reaches the main
+    thread at the next write, where it becomes one line."""
+    from sa_conv.files import is_disk_full
+
+    previous = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if not is_disk_full(args.exc_value):
+            previous(args)
+
+    if getattr(threading.excepthook, "__name__", "") != "hook":
+        threading.excepthook = hook
 
 
 def quiet_libraries() -> None:

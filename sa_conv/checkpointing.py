@@ -15,7 +15,7 @@ from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from sa_conv import __version__
-from sa_conv.files import atomic_write
+from sa_conv.files import atomic_write, disk_full, free_bytes, human_size
 
 __all__ = [
     "AtomicCheckpointIO",
@@ -66,13 +66,23 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """``torch.save`` through ``sa_conv.files.atomic_write``: a temporary file in the checkpoint's own folder.
 
     Kept because Lightning's ``TorchCheckpointIO`` stages its temporary file in the system temp folder:
-    when that is another file system, ``shutil.move`` copies, and a kill mid-copy leaves half a file.
+    when that is another file system, ``shutil.move`` copies, and a kill mid-copy leaves half a file. A
+    checkpoint that cannot fit (less free space than the last one took) is refused before it is written.
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last_size = 0  # bytes of the last checkpoint written: the next one will need about as many
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None
     ) -> None:
-        atomic_write(path, lambda tmp: torch.save(checkpoint, tmp))
+        path = Path(path)
+        needed = self._last_size or (path.stat().st_size if path.exists() else 0)
+        if needed and free_bytes(path.parent) < needed:  # say so before a write that cannot succeed
+            raise disk_full(path, "checkpoint", f"; the last one took {human_size(needed)}: it will not fit")
+        atomic_write(path, lambda tmp: torch.save(checkpoint, tmp), what="checkpoint")
+        self._last_size = path.stat().st_size
 
 
 class RunConfigRecord(pl.Callback):

@@ -1,7 +1,10 @@
-"""Atomic file writes: a kill mid-write leaves the previous file (or none), never a half-written one."""
+"""Atomic file writes: a kill mid-write leaves the previous file (or none), never a half-written one; a
+full disk or quota (ENOSPC, EDQUOT) is one ``DiskFullError`` naming the file, what it held and the free
+space, with the previous file intact."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -11,7 +14,60 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write", "new_folders_removed_on_error", "save_png", "write_json", "write_text"]
+__all__ = [
+    "DiskFullError",
+    "atomic_write",
+    "disk_full",
+    "free_bytes",
+    "human_size",
+    "is_disk_full",
+    "new_folders_removed_on_error",
+    "save_png",
+    "write_json",
+    "write_text",
+]
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+# what a file holds, by its suffix (the error says what was being written)
+_KINDS = {".ckpt": "checkpoint", ".json": "results", ".yaml": "config", ".png": "figure", ".html": "page"}
+
+
+class DiskFullError(OSError):
+    """A write found no space (disk or quota). The message names the file, what it held and the free
+    space; the file's previous version, if any, is intact."""
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """Whether ``err`` is a full disk or quota (an ``OSError`` ENOSPC / EDQUOT, or our own error)."""
+    return isinstance(err, DiskFullError) or (isinstance(err, OSError) and err.errno in _FULL)
+
+
+def free_bytes(path: str | Path) -> int:
+    """Free bytes on the file system of ``path`` (its nearest existing folder)."""
+    folder = Path(path).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return shutil.disk_usage(folder).free
+
+
+def human_size(n: float) -> str:
+    """``n`` bytes in B, KB, MB or GB."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def disk_full(path: str | Path, what: str | None = None, detail: str = "") -> DiskFullError:
+    """The error for a full disk while writing ``what`` to ``path`` (a file, or a run's folder)."""
+    path = Path(path)
+    what = what or _KINDS.get(path.suffix, "file")
+    message = (
+        f"no space left writing the {what} {path} ({human_size(free_bytes(path))} free{detail}); nothing was "
+        "half-written: free space, then resume with the same command and --resume"
+    )
+    return DiskFullError(errno.ENOSPC, message)
 
 
 def _umask() -> int:
@@ -26,39 +82,59 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
+def atomic_write(path: str | Path, write: Callable[[Path], None], *, what: str | None = None) -> None:
     """Call ``write(tmp)`` on a temporary file next to ``path``, then rename it over ``path``.
 
     The temporary file lives in the same folder (a rename within one file system is atomic) and gets the
-    permissions of a plain ``open()`` under the process umask (``mkstemp`` would leave it 0600).
+    permissions of a plain ``open()`` under the process umask (``mkstemp`` would leave it 0600). A full
+    disk or quota raises ``DiskFullError`` naming ``path`` and ``what`` it holds; ``path`` is untouched.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(name)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        tmp = Path(name)
         write(tmp)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+    except Exception as err:  # torch.save reports a full disk as a RuntimeError of its zip writer
+        if is_disk_full(err) or (tmp is not None and _ran_out(err, tmp)):
+            raise disk_full(path, what) from None
+        raise
     finally:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
 
 
-def write_text(path: str | Path, text: str) -> None:
+def _ran_out(err: BaseException, tmp: Path) -> bool:
+    """A write error that is the disk filling up: the error says so, or (torch.save's zip writer, which
+    reports ``unexpected pos``) the file system has no room left."""
+    text = str(err)
+    return (
+        "No space left" in text
+        or "Disk quota" in text
+        or ("unexpected pos" in text and free_bytes(tmp) < 1 << 20)
+    )
+
+
+def write_text(path: str | Path, text: str, *, what: str | None = None) -> None:
     """Write ``text`` to ``path`` atomically."""
-    atomic_write(path, lambda tmp: tmp.write_text(text))
+    atomic_write(path, lambda tmp: tmp.write_text(text), what=what)
 
 
-def write_json(path: str | Path, data: Any) -> None:
+def write_json(path: str | Path, data: Any, *, what: str | None = None) -> None:
     """Write ``data`` as indented JSON to ``path`` atomically."""
-    write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n", what=what)
 
 
 def save_png(figure: Any, path: str | Path, *, dpi: int = 110) -> None:
     """Save a matplotlib figure as PNG atomically."""
     atomic_write(
-        path, lambda tmp: figure.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight", pad_inches=0.15)
+        path,
+        lambda tmp: figure.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight", pad_inches=0.15),
+        what="figure",
     )
 
 

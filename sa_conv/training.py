@@ -33,7 +33,14 @@ from sa_conv.checkpointing import (
 )
 from sa_conv.data import CIFAR10DataModule
 from sa_conv.explorer import explorer_data, write_explorer
-from sa_conv.files import new_folders_removed_on_error, write_json, write_text
+from sa_conv.files import (
+    DiskFullError,
+    disk_full,
+    is_disk_full,
+    new_folders_removed_on_error,
+    write_json,
+    write_text,
+)
 from sa_conv.flops import counted_flops
 from sa_conv.interrupts import RunInterruptedError, sigint_as_sigterm
 from sa_conv.lit import ImageClassifier
@@ -325,6 +332,10 @@ def _fit(
         except SIGTERMException:
             path = callbacks.interrupt.path
             raise RunInterruptedError(run_dir, path, trainer.global_step, received["signal"]) from None
+        except OSError as err:  # TensorBoard's writer thread reports a full disk without a file name
+            if is_disk_full(err) and not isinstance(err, DiskFullError):
+                raise disk_full(run_dir, "run's TensorBoard events, in the run folder") from None
+            raise
     return time.perf_counter() - start
 
 

@@ -230,6 +230,26 @@ def datamodule_of_checkpoint(
     )
 
 
+def data_note(datamodule: Any, ckpt: dict[str, Any]) -> str:
+    """Which data a command on a checkpoint uses, and whether the checkpoint trained on it."""
+    from sa_conv.data import data_difference
+    from sa_conv.resume import data_fingerprint_of
+
+    now = datamodule.fingerprint()
+    where = datamodule.data_dir or "synthetic images"
+    counts = f"train {now['train']}, val {now['val']}, test {now['test']} images"
+    line = f"data: {where} ({counts}, sha256 {now['sha256'][:12]})"
+    stored = data_fingerprint_of(ckpt)
+    if stored is None:
+        return f"{line}; the checkpoint does not record its data"
+    differs = data_difference(stored, now)
+    return (
+        f"{line}; not the data the checkpoint trained on: {differs}"
+        if differs
+        else f"{line}: the checkpoint's own"
+    )
+
+
 def _user_errors() -> tuple[type[BaseException], ...]:
     from lightning_fabric.utilities.exceptions import MisconfigurationException
 

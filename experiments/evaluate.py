@@ -9,7 +9,14 @@ import json
 import sys
 from pathlib import Path
 
-from experiments.cli import ArgumentParser, data_flags, datamodule_of_checkpoint, main_guard, positive_int
+from experiments.cli import (
+    ArgumentParser,
+    data_flags,
+    data_note,
+    datamodule_of_checkpoint,
+    main_guard,
+    positive_int,
+)
 from sa_conv.checkpointing import read_checkpoint
 from sa_conv.lit import ImageClassifier
 from sa_conv.training import evaluate
@@ -32,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     datamodule = datamodule_of_checkpoint(ckpt, args, batch_size=args.batch_size)
     if args.split == "val" and datamodule.config.protocol == "paper":
         raise ValueError("the run used the paper's protocol: it has no validation split (use --split test)")
+    note = data_note(datamodule, ckpt)
+    print(note, file=sys.stderr)
     accuracy = evaluate(module, datamodule, args.split)
     dataset = datamodule.test_set if args.split == "test" else datamodule.val_set
     report = {
@@ -42,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         "model_config": dict(module.hparams.model_config or {}),
         "params": sum(p.numel() for p in module.backbone.parameters()),
         "checkpoint": str(args.checkpoint),
+        "data": note,
     }
     if args.json:
         print(json.dumps(report))

@@ -21,6 +21,7 @@ from experiments.cli import (
     ArgumentParser,
     UserError,
     data_flags,
+    data_note,
     datamodule_of_checkpoint,
     main_guard,
     positive_int,
@@ -66,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
             1, backbone.config.in_channels, backbone.config.image_size, backbone.config.image_size
         )
     else:
-        images, _ = datamodule_of_checkpoint(ckpt, args).evaluation_images(args.images)
+        data = datamodule_of_checkpoint(ckpt, args)
+        images, _ = data.evaluation_images(args.images)
+        print(data_note(data, ckpt), file=sys.stderr)
     name = args.name or model
     args.out.mkdir(parents=True, exist_ok=True)
     written, scalars = [], {}

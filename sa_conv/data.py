@@ -20,6 +20,7 @@ copy per batch, so a training step makes no host sync).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import urllib.error
 from collections.abc import Iterator, Sequence
@@ -43,6 +44,7 @@ __all__ = [
     "DataConfig",
     "DataError",
     "Protocol",
+    "data_difference",
     "load_image_folder",
     "random_crop_flip",
 ]
@@ -70,6 +72,19 @@ Protocol = Literal["clean", "paper"]
 
 class DataError(RuntimeError):
     """The data cannot be loaded; the message says what to do."""
+
+
+def data_difference(stored: dict[str, Any], now: dict[str, Any]) -> str | None:
+    """How two data fingerprints differ, in words (None: the same data)."""
+    counts = [
+        f"{k} {stored[k]} images (now: {now[k]})" for k in ("train", "val", "test") if stored[k] != now[k]
+    ]
+    if counts:
+        return ", ".join(counts)
+    if stored["sha256"] != now["sha256"]:
+        was, now_ = stored["sha256"][:12], now["sha256"][:12]
+        return f"the same numbers of images, other images or labels (sha256 {was}, now {now_})"
+    return None
 
 
 def random_crop_flip(images: Tensor, *, padding: int = 4, generator: torch.Generator | None = None) -> Tensor:
@@ -322,6 +337,7 @@ class CIFAR10DataModule(pl.LightningDataModule):
         self._augment_rng: torch.Generator | None = None
         self._augment_state: tuple[str, Tensor] | None = None  # a resumed state, for the device it was on
         self._train_sampler: ResumableBatchSampler | None = None  # the one Lightning iterates
+        self._fingerprint: dict[str, Any] | None = None
         self.train_set: TensorImages | None = None
         self.val_set: TensorImages | None = None
         self.test_set: TensorImages | None = None
@@ -433,6 +449,20 @@ class CIFAR10DataModule(pl.LightningDataModule):
             self._augment_state = None
         return self._augment_rng
 
+    def fingerprint(self) -> dict[str, Any]:
+        """What the run's data is, wherever it lies: images per split and a SHA-256 of the decoded
+        images and labels of every split (a moved copy has the same; other data, another split does not)."""
+        if self._fingerprint is None:
+            self.setup()
+            digest = hashlib.sha256()
+            counts = {}
+            for name, dataset in (("train", self.train_set), ("val", self.val_set), ("test", self.test_set)):
+                counts[name] = len(dataset)
+                for tensor in (dataset.images, dataset.labels):
+                    digest.update(tensor.contiguous().numpy().tobytes())
+            self._fingerprint = {**counts, "sha256": digest.hexdigest()}
+        return self._fingerprint
+
     def evaluation_images(
         self, n: int | None = None, *, split: str = "test", normalized: bool = True
     ) -> tuple[Tensor, Tensor]:
@@ -444,11 +474,13 @@ class CIFAR10DataModule(pl.LightningDataModule):
         return (self.normalize(images) if normalized else images), dataset.labels[:n]
 
     def state_dict(self) -> dict[str, Any]:
-        """The augmentation generator (Lightning stores it in checkpoints, so resumes crop alike)."""
+        """The augmentation generator (Lightning stores it in checkpoints, so resumes crop alike) and the
+        data's fingerprint (a resume on other data is refused)."""
         if self._augment_rng is None:  # no batch yet: the state a first batch would start from
             rng = self._augment_state or ("cpu", torch.Generator().manual_seed(self.seed + 1).get_state())
-            return {"augment_rng": rng[1], "augment_device": rng[0]}
-        return {"augment_rng": self._augment_rng.get_state(), "augment_device": self._augment_rng.device.type}
+        else:
+            rng = (self._augment_rng.device.type, self._augment_rng.get_state())
+        return {"augment_rng": rng[1], "augment_device": rng[0], "fingerprint": self.fingerprint()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         # checkpoints written before the generator moved to the device hold a CPU state

@@ -9,16 +9,23 @@ from typing import Any, NamedTuple
 from sa_conv.checkpointing import CheckpointError, read_checkpoint, run_config_of
 from sa_conv.run_config import RunConfig, config_difference
 
-__all__ = ["Resume", "find_resume"]
+__all__ = ["Resume", "data_fingerprint_of", "find_resume"]
 
 
 class Resume(NamedTuple):
     """A checkpoint to resume, the version of its run folder (None: a checkpoint from elsewhere, whose
-    training continues in a new run folder), and the config it was written with."""
+    training continues in a new run folder), the config it was written with, and the fingerprint of the
+    data it trained on (None in checkpoints written before they recorded it)."""
 
     path: Path
     version: int | None
     stored: dict[str, Any]
+    data: dict[str, Any] | None = None
+
+
+def data_fingerprint_of(ckpt: dict[str, Any]) -> dict[str, Any] | None:
+    """The fingerprint of a run's data its checkpoint holds (the DataModule's state)."""
+    return (ckpt.get("CIFAR10DataModule") or {}).get("fingerprint")
 
 
 def checkpoints_of(run_dir: Path) -> list[Path]:
@@ -56,9 +63,10 @@ def find_resume(
     wanted = config.to_dict()
     if spec not in ("latest", "auto"):
         path = Path(spec)
-        stored = _checked(path, read_checkpoint(path), wanted)
+        ckpt = read_checkpoint(path)
+        stored = _checked(path, ckpt, wanted)
         inside = (root / config.model).resolve() in path.resolve().parents
-        return Resume(path, version_of(path) if inside else None, stored)
+        return Resume(path, version_of(path) if inside else None, stored, data_fingerprint_of(ckpt))
     runs = sorted(
         (root / config.model).glob("version_*"),
         key=lambda p: version_of(p / "checkpoints") or -1,
@@ -77,7 +85,7 @@ def find_resume(
             except CheckpointError as err:
                 mismatch = mismatch or err
                 break  # this run has another config: look at older runs
-            return Resume(path, version_of(path), stored)
+            return Resume(path, version_of(path), stored, data_fingerprint_of(ckpt))
     if spec == "auto":
         return None
     if mismatch is not None:

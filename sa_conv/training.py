@@ -26,12 +26,13 @@ from sa_conv.analysis import layer_summary
 from sa_conv.callbacks import AttentionFigures, TrainingProgress
 from sa_conv.checkpointing import (
     AtomicCheckpointIO,
+    CheckpointError,
     InterruptCheckpoint,
     ResumableRNG,
     RunConfigRecord,
     read_checkpoint,
 )
-from sa_conv.data import CIFAR10DataModule
+from sa_conv.data import CIFAR10DataModule, data_difference
 from sa_conv.explorer import explorer_data, write_explorer
 from sa_conv.files import (
     DiskFullError,
@@ -140,6 +141,7 @@ def train(
     """
     with new_folders_removed_on_error(options.output_dir):
         _check_output_dir(options.output_dir)
+        _check_same_data(resume, datamodule)
         config = settle_precision(config, options.accelerator, resume.stored if resume else None)
         warn_slow_bf16(config, options.accelerator)
         flush_denormals()
@@ -191,6 +193,18 @@ def _check_output_dir(path: Path) -> None:
         probe.unlink()
     except OSError as err:
         raise ValueError(f"output directory {path} is not writable ({err.strerror or err})") from None
+
+
+def _check_same_data(resume: Resume | None, datamodule: CIFAR10DataModule) -> None:
+    """A resume on other data than the run trained on is refused (the same data moved elsewhere is not)."""
+    if resume is None or resume.data is None:  # checkpoints written before they recorded their data
+        return
+    differs = data_difference(resume.data, datamodule.fingerprint())
+    if differs:
+        raise CheckpointError(
+            f"{resume.path} trained on other data: {differs}; resume it with the data it trained on "
+            "(--data-dir), or start a new run"
+        )
 
 
 def _flops(module: ImageClassifier, config: RunConfig) -> dict[str, float]:
@@ -436,7 +450,10 @@ def _summary(
         "precision": config.precision,
         "peak_memory_gb": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
         "devices": trainer.world_size,
-        "data": {k: datamodule.hparams.get(k) for k in ("data_dir", "source", "synthetic_size")},
+        "data": {
+            **{k: datamodule.hparams.get(k) for k in ("data_dir", "source", "synthetic_size")},
+            "fingerprint": datamodule.fingerprint(),
+        },
         "hardware": hardware(),
         "sa_conv_version": __version__,
     }

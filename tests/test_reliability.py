@@ -490,3 +490,48 @@ def test_resuming_a_checkpoint_from_elsewhere_starts_a_new_run_folder(tmp_path, 
     assert call_run([*base, "--output-dir", str(tmp_path / "b"), "--resume", str(ckpt)], capsys)[0] == 0
     assert (tmp_path / "b/quadratic/version_0/metrics.json").read_text() == before  # untouched
     assert (tmp_path / "b/quadratic/version_1/metrics.json").is_file()
+
+
+def test_resume_refuses_other_data_and_accepts_a_moved_copy(tmp_path, capsys):
+    import shutil
+
+    from test_data import write_tree
+
+    from experiments import evaluate
+
+    data = write_tree(tmp_path / "data", per_class=4)
+    argv = [
+        "quadratic",
+        "--scale",
+        "tiny",
+        "--layers",
+        "1",
+        "--hidden",
+        "16",
+        "--heads",
+        "4",
+        "--epochs",
+        "1",
+    ]
+    argv += ["--batch-size", "8", "--figures-every", "none", "--no-explore"]
+    argv += ["--output-dir", str(tmp_path / "runs")]
+    assert main_guard(run.main)([*argv, "--data-dir", str(data)]) == 0
+    metrics = json.loads((tmp_path / "runs/quadratic/version_0/metrics.json").read_text())
+    assert metrics["data"]["fingerprint"]["train"] + metrics["data"]["fingerprint"]["val"] == 40
+    moved = shutil.copytree(data, tmp_path / "moved")  # the same data elsewhere: accepted
+    capsys.readouterr()
+    assert main_guard(run.main)([*argv, "--data-dir", str(moved), "--resume"]) == 0
+    other = write_tree(tmp_path / "other", per_class=4)  # the same counts, one image changed
+    (other / "train/cat/0001.jpg").write_bytes((other / "train/dog/0002.jpg").read_bytes())
+    code, _, err = call_run([*argv, "--data-dir", str(other), "--resume"], capsys)
+    line = one_line_error(code, err)
+    assert "trained on other data" in line and "other images or labels" in line
+    fewer = write_tree(tmp_path / "fewer", per_class=3)
+    code, _, err = call_run([*argv, "--data-dir", str(fewer), "--resume"], capsys)
+    assert "test 40 images (now: 30)" in one_line_error(code, err)
+    ckpt = tmp_path / "runs/quadratic/version_0/checkpoints/last.ckpt"
+    code = main_guard(evaluate.main)([str(ckpt), "--data-dir", str(fewer)])
+    err = capsys.readouterr().err
+    assert code == 0 and "not the data the checkpoint trained on: train" in err
+    assert main_guard(evaluate.main)([str(ckpt), "--data-dir", str(moved)]) == 0
+    assert "the checkpoint's own" in capsys.readouterr().err

@@ -255,11 +255,13 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
     from sa_conv.checkpointing import CheckpointError
     from sa_conv.data import DataError
+    from sa_conv.interrupts import RankLostError
 
     return (
         UserError,
         ValueError,
         DataError,
+        RankLostError,
         CheckpointError,
         FloatingPointError,
         OSError,  # file system: a missing, unwritable or full path

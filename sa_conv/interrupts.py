@@ -4,12 +4,15 @@ and say how to resume; a second Ctrl-C interrupts at once."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunInterruptedError", "sigint_as_sigterm"]
+import pytorch_lightning as pl
+
+__all__ = ["RankLostError", "RankRecord", "RunInterruptedError", "lost_ranks", "sigint_as_sigterm"]
 
 
 class RunInterruptedError(RuntimeError):
@@ -42,3 +45,58 @@ def sigint_as_sigterm() -> Iterator[dict[str, str]]:
         yield received
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+class RankLostError(RuntimeError):
+    """A rank of a distributed run is gone (killed, out of memory, a lost node): this one stopped too."""
+
+
+class RankRecord(pl.Callback):
+    """Each rank of a distributed run writes its process id where the others can look (``folder``), so
+    that a rank whose peer died can say which one."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def path(self, rank: int) -> Path:
+        return self.folder / f"{os.environ.get('MASTER_PORT', '0')}-rank{rank}.pid"
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if trainer.world_size > 1:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self.path(trainer.global_rank).write_text(str(os.getpid()))
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.path(trainer.global_rank).unlink(missing_ok=True)
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a child of ours not yet reaped counts as ended)."""
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)  # our child (Lightning starts the other ranks): reap it
+        return waited == pid
+    except ChildProcessError:  # not our child
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.is_file() and stat.read_text().rsplit(")", 1)[-1].split()[0] == "Z"  # a zombie
+
+
+def lost_ranks(record: RankRecord, world_size: int, me: int) -> list[int]:
+    """The other ranks whose process is gone (their recorded process id no longer runs on this machine)."""
+    gone = []
+    for rank in range(world_size):
+        path = record.path(rank)
+        if rank == me or not path.is_file():
+            continue
+        try:
+            if _gone(int(path.read_text())):
+                gone.append(rank)
+        except (ValueError, OSError):
+            continue
+    return gone

@@ -143,6 +143,7 @@ class RunOptions:
     devices: int | str = option(1, "devices (DDP when more than one) or auto")
     strategy: str = option("auto", "Lightning's strategy, e.g. ddp")
     compile: bool = option(False, "torch.compile the backbone")
+    ddp_timeout: float = option(5.0, "DDP: minutes a rank waits in a collective before it ends (a dead peer)")
     max_time: str | None = option(None, "Lightning: stop after DD:HH:MM:SS")
     fast_dev_run: bool = option(False, "Lightning: one batch of each stage, nothing written")
     checkpoint_every: int | None = option(None, "also a snapshot every N training steps")
@@ -162,6 +163,7 @@ class RunOptions:
                 "a positive integer",
             ),
             ("snapshot_minutes", 0 <= self.snapshot_minutes < math.inf, ">= 0 minutes (0: none)"),
+            ("ddp_timeout", 0 < self.ddp_timeout < math.inf, "positive and finite (minutes)"),
             (
                 "figures_every",
                 self.figures_every is None or self.figures_every >= 1,

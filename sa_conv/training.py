@@ -19,6 +19,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
+from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from sa_conv import __version__
@@ -43,7 +44,7 @@ from sa_conv.files import (
     write_text,
 )
 from sa_conv.flops import counted_flops
-from sa_conv.interrupts import RunInterruptedError, sigint_as_sigterm
+from sa_conv.interrupts import RankLostError, RankRecord, RunInterruptedError, lost_ranks, sigint_as_sigterm
 from sa_conv.lit import ImageClassifier
 from sa_conv.machine import cpu_has_native_bf16, hardware, peak_flops, resolve_precision
 from sa_conv.resume import Resume
@@ -121,6 +122,7 @@ class _Callbacks:
     interrupt: InterruptCheckpoint
     progress: TrainingProgress
     figures: AttentionFigures | None
+    ranks: RankRecord
 
 
 def train(
@@ -253,10 +255,11 @@ def _callbacks(
         # locality snapshots about 40 times over the run
         every = options.history_every or max(1, round(config.epochs * steps / 40))
         figures = AttentionFigures(every_n_epochs=options.figures_every, history_every_n_steps=every)
-    extra = [LearningRateMonitor(logging_interval="step"), progress, ResumableRNG()]
+    ranks = RankRecord(options.output_dir / ".ranks")
+    extra = [LearningRateMonitor(logging_interval="step"), progress, ResumableRNG(), ranks]
     extra.append(RunConfigRecord(config.to_dict()))
     everything = [best, *latest, interrupt, *extra, *([figures] if figures else [])]
-    return _Callbacks(everything, best, interrupt, progress, figures)
+    return _Callbacks(everything, best, interrupt, progress, figures, ranks)
 
 
 def _latest(folder: Path, name: str, **when: Any) -> ModelCheckpoint:
@@ -281,7 +284,7 @@ def _trainer(
         max_epochs=config.epochs,
         accelerator=options.accelerator,
         devices=options.devices,
-        strategy=options.strategy,
+        strategy=_strategy(options),
         precision=config.precision,
         logger=logger,
         callbacks=callbacks.all,
@@ -296,6 +299,13 @@ def _trainer(
         use_distributed_sampler=False,  # the data module shards every split across ranks itself
         plugins=[AtomicCheckpointIO()],
     )
+
+
+def _strategy(options: RunOptions) -> str | DDPStrategy:
+    """Lightning's strategy; DDP with the run's timeout, so that a dead rank ends the others in time."""
+    if options.strategy == "ddp":
+        return DDPStrategy(timeout=timedelta(minutes=options.ddp_timeout))
+    return options.strategy
 
 
 def _announce(
@@ -350,7 +360,30 @@ def _fit(
             if is_disk_full(err) and not isinstance(err, DiskFullError):
                 raise disk_full(run_dir, "run's TensorBoard events, in the run folder") from None
             raise
+        except RuntimeError as err:
+            if trainer.world_size > 1:
+                _peer_lost(trainer, callbacks, err)
+            raise
     return time.perf_counter() - start
+
+
+def _peer_lost(trainer: pl.Trainer, callbacks: _Callbacks, err: RuntimeError) -> None:
+    """A distributed run whose collective failed: name the rank that is gone (or the wait that timed out)
+    and how to go on, in one line (``RankLostError``)."""
+    me, world = trainer.global_rank, trainer.world_size
+    gone = lost_ranks(callbacks.ranks, world, me)
+    text = str(err).lower()
+    timed_out = "timeout" in text or "timed out" in text
+    if not gone and not timed_out and "peer" not in text and "connection" not in text:
+        return  # another error: it speaks for itself
+    if gone:
+        who = ", ".join(f"rank {r}" for r in gone)
+        what = f"{who} of {world} is gone (its process ended: killed, out of memory, or a lost node)"
+    else:
+        what = f"a peer of rank {me} of {world} stopped answering (a dead rank or a lost node)"
+    raise RankLostError(
+        f"{what}; rank {me} stopped too. Resume the run with the same command and --resume"
+    ) from None
 
 
 def _best_path(callbacks: _Callbacks, options: RunOptions) -> str | None:

@@ -535,3 +535,62 @@ def test_resume_refuses_other_data_and_accepts_a_moved_copy(tmp_path, capsys):
     assert code == 0 and "not the data the checkpoint trained on: train" in err
     assert main_guard(evaluate.main)([str(ckpt), "--data-dir", str(moved)]) == 0
     assert "the checkpoint's own" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_dead_ddp_rank_ends_the_other_with_one_line_and_the_run_resumes_exactly(tmp_path):
+    base = ["quadratic", *TINY, "--epochs", "2", "--batch-size", "8", "--checkpoint-every", "5"]
+    base += ["--accelerator", "cpu", "--devices", "2", "--strategy", "ddp", "--ddp-timeout", "1"]
+    straight = run_cli([*base, "--output-dir", str(tmp_path / "a")])
+    assert straight.wait(timeout=900) == 0, straight.stderr.read().decode()[-3000:]
+
+    out = tmp_path / "b"
+    killed = run_cli([*base, "--output-dir", str(out)])
+    ckpt = out / "quadratic/version_0/checkpoints/step.ckpt"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and not ckpt.is_file():
+        time.sleep(0.05)
+    time.sleep(1.0)  # mid-epoch, past a step checkpoint
+    pid_file = next((out / ".ranks").glob("*-rank1.pid"))
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)  # rank 1 dies (the OOM killer, a lost node)
+    start = time.monotonic()
+    code = killed.wait(timeout=300)
+    err = killed.stderr.read().decode()
+    assert time.monotonic() - start < 120, "the surviving rank did not end in time"
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 1 and len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    assert "rank 1 of 2 is gone" in lines[0] and "--resume" in lines[0]
+
+    resumed = run_cli([*base, "--output-dir", str(out), "--resume"])
+    assert resumed.wait(timeout=900) == 0, resumed.stderr.read().decode()[-3000:]
+    wa = weights(tmp_path / "a/quadratic/version_0/checkpoints/last.ckpt")
+    wb = weights(out / "quadratic/version_0/checkpoints/last.ckpt")
+    for k in wa:
+        torch.testing.assert_close(wb[k], wa[k], rtol=0, atol=0, msg=k)
+
+
+@pytest.mark.slow
+def test_chaos_random_kills_then_resumes_end_in_the_same_weights(tmp_path):
+    """SIGKILL at random moments (seeded), three times, each run resumed with --resume auto: the final
+    weights equal the uninterrupted run's, bit for bit."""
+    import random
+
+    base = ["quadratic", *TINY, "--epochs", "3", "--batch-size", "8", "--checkpoint-every", "3"]
+    straight = run_cli([*base, "--output-dir", str(tmp_path / "a")])
+    assert straight.wait(timeout=900) == 0, straight.stderr.read().decode()[-2000:]
+    chaos, out = random.Random(0), tmp_path / "b"
+    kills = 0
+    for _ in range(3):
+        proc = run_cli([*base, "--output-dir", str(out), "--resume", "auto"])
+        time.sleep(chaos.uniform(4.0, 12.0))  # start-up takes a few seconds: kills land anywhere after
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += proc.wait() == -signal.SIGKILL
+    assert kills >= 2, "the run finished before the kills"
+    final = run_cli([*base, "--output-dir", str(out), "--resume", "auto"])
+    assert final.wait(timeout=900) == 0, final.stderr.read().decode()[-2000:]
+    last = max((out / "quadratic").glob("version_*/metrics.json"), key=lambda p: p.stat().st_mtime)
+    wa = weights(tmp_path / "a/quadratic/version_0/checkpoints/last.ckpt")
+    wb = weights(last.parent / "checkpoints/last.ckpt")
+    for k in wa:
+        torch.testing.assert_close(wb[k], wa[k], rtol=0, atol=0, msg=k)

@@ -10,19 +10,17 @@ full-width values; for content attention the materialized ``(B, heads, N, N)`` s
 from __future__ import annotations
 
 import copy
-import logging
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
+from experiments.benchmark_steps import bench_model_steps, bench_training_step
+from experiments.benchmark_tools import SCALES, Scale, forward_backward, peak_memory, time_it
 from experiments.cli import ArgumentParser, main_guard, positive_int
-from experiments.presets import preset
 from sa_conv.attention import MultiHeadSelfAttention2d
 from sa_conv.data import CIFAR10_MEAN, CIFAR10_STD, random_crop_flip
 from sa_conv.encodings import (
@@ -32,56 +30,13 @@ from sa_conv.encodings import (
     QuadraticEncoding,
 )
 from sa_conv.files import write_json
-from sa_conv.flops import counted_flops
-from sa_conv.machine import hardware, resolve_precision
-from sa_conv.models import MODELS, create_model
-from sa_conv.training import flush_denormals
+from sa_conv.machine import hardware
+from sa_conv.precision import flush_denormals
 
 BASELINE = (
     "reference: dense float32 probabilities (heads, N, N) shared by the batch, "
     "or (B, heads, N, N) with content"
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Scale:
-    """Sizes of one benchmark scale."""
-
-    batch: int
-    grid: int
-    dim: int
-    heads: int
-    scaling_batch: int
-    scaling_grids: tuple[int, ...]
-    step_batch: int
-    model: dict[str, Any]
-    min_time: float
-
-
-SCALES = {
-    "paper": Scale(
-        batch=32,
-        grid=16,
-        dim=400,
-        heads=9,
-        scaling_batch=8,
-        scaling_grids=(8, 16, 32),
-        step_batch=16,
-        model={},
-        min_time=2.0,
-    ),
-    "tiny": Scale(
-        batch=4,
-        grid=8,
-        dim=32,
-        heads=3,
-        scaling_batch=2,
-        scaling_grids=(4, 8, 16),
-        step_batch=4,
-        model={"layers": 1, "hidden": 32, "heads": 3, "ffn": 32, "attn_dropout": 0.0},  # as the tiny runs
-        min_time=0.05,
-    ),
-}
 
 
 def variants(dim: int, heads: int, grid: int) -> dict[str, tuple[MultiHeadSelfAttention2d, str]]:
@@ -106,49 +61,6 @@ def variants(dim: int, heads: int, grid: int) -> dict[str, tuple[MultiHeadSelfAt
             "sdpa",
         ),
     }
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def time_it(fn: Callable[[], Any], device: torch.device, min_time: float) -> float:
-    """Median seconds of ``fn`` (torch.utils.benchmark, blocked autorange)."""
-    fn()  # warm-up
-    # imported here, quietly: at import it warns "No CUDA runtime is found" on every CPU machine
-    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
-    from torch.utils import benchmark as tbench
-
-    timer = tbench.Timer(stmt="fn(); sync()", globals={"fn": fn, "sync": lambda: synchronize(device)})
-    return timer.blocked_autorange(min_run_time=min_time).median
-
-
-def peak_memory(fn: Callable[[], Any], module: nn.Module, inputs: Any, device: torch.device) -> float:
-    """Peak bytes allocated while ``fn`` runs (CUDA allocator stats; MemTracker on CPU)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        fn()
-        torch.cuda.synchronize()
-        return float(torch.cuda.max_memory_allocated() - base)
-    from torch.distributed._tools.mem_tracker import MemTracker
-
-    tracker = MemTracker()
-    tracker.track_external(module, inputs)
-    with tracker:
-        fn()
-    return float(tracker.get_tracker_snapshot("peak")[device]["Total"])
-
-
-def forward_backward(layer: nn.Module, x: torch.Tensor, grad: torch.Tensor) -> Callable[[], None]:
-    def run() -> None:
-        layer.zero_grad(set_to_none=True)
-        x.grad = None
-        layer(x).backward(grad)
-
-    return run
 
 
 def projection_floor(
@@ -207,130 +119,6 @@ def bench_scaling(scale: Scale, device: torch.device) -> dict[str, Any]:
     return {"rows": rows, "exponent": exponents}
 
 
-def per_image_dropout(layer: MultiHeadSelfAttention2d) -> Callable[..., torch.Tensor]:
-    """A forward of ``layer``'s reference computation drawing one attention-dropout mask per image (what
-    the suite did before following the paper's one mask per step): the baseline of the dropout step."""
-
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        b, h, w, d = x.shape
-        probs = layer.probabilities(x).expand(b, -1, -1, -1)  # (B, heads, N, N)
-        heads_out = (layer.attn_dropout(probs) @ x.reshape(b, 1, h * w, d)).transpose(1, 2)
-        return layer.proj(heads_out.reshape(b, h, w, layer.heads * d))
-
-    return forward
-
-
-def step_images_per_second(
-    model: nn.Module, scale: Scale, device: torch.device, *, bf16: bool = False
-) -> float:
-    """Images per second of full SGD steps (forward, backward, update) of ``model``."""
-    images = torch.randn(scale.step_batch, 3, 32, 32, device=device)
-    labels = torch.randint(0, 10, (scale.step_batch,), device=device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-
-    def step() -> None:
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            loss = nn.functional.cross_entropy(model(images), labels)
-        loss.backward()
-        opt.step()
-
-    return scale.step_batch / time_it(step, device, scale.min_time)
-
-
-def bench_training_step(scale: Scale, device: torch.device) -> dict[str, Any]:
-    """Training steps of the quadratic model at the scale: with attention dropout off (separable against
-    the reference), with the paper's dropout 0.1 (one mask per step on the shared path, against the
-    reference with one mask per image), and in bf16 autocast against float32."""
-
-    def model(dropout: float, impl: str) -> nn.Module:
-        torch.manual_seed(0)
-        m = create_model("quadratic", **{**scale.model, "attn_dropout": dropout}).to(device).train()
-        for layer in m.attention_layers():
-            layer.impl = impl
-        return m
-
-    result: dict[str, Any] = {"batch": scale.step_batch}
-    off = {impl: step_images_per_second(model(0.0, impl), scale, device) for impl in ("reference", "auto")}
-    result["dropout_off"] = {**off, "speedup": off["auto"] / off["reference"]}
-    baseline = model(0.1, "reference")
-    for layer in baseline.attention_layers():
-        layer.forward = per_image_dropout(layer)
-    paper = {
-        "per_image_reference": step_images_per_second(baseline, scale, device),
-        "reference": step_images_per_second(model(0.1, "reference"), scale, device),
-        "auto": step_images_per_second(model(0.1, "auto"), scale, device),
-    }
-    result["paper_dropout"] = {**paper, "speedup": paper["auto"] / paper["per_image_reference"]}
-    dropout = scale.model.get("attn_dropout", 0.1)  # the scale's own training configuration
-    precisions = {
-        name: step_images_per_second(model(dropout, "auto"), scale, device, bf16=name == "bf16")
-        for name in ("float32", "bf16")
-    }
-    result["bf16"] = {
-        **precisions,
-        "attn_dropout": dropout,
-        "speedup": precisions["bf16"] / precisions["float32"],
-    }
-    return result
-
-
-def interleaved(
-    steps: dict[str, Callable[[], None]], device: torch.device, rounds: int = 3
-) -> dict[str, float]:
-    """Seconds per call of each function, measured in alternation (``rounds`` times, the best kept), so
-    that a machine's other load falls on every configuration alike."""
-    for fn in steps.values():
-        fn()  # warm-up
-    best = dict.fromkeys(steps, math.inf)
-    for _ in range(rounds):
-        for name, fn in steps.items():
-            best[name] = min(best[name], time_it(fn, device, 0.0))
-    return best
-
-
-def sgd_step(model: nn.Module, batch: int, device: torch.device, precision: str) -> Callable[[], None]:
-    """One full SGD step (forward, backward, update) of ``model`` on random images, in ``precision``."""
-    images = torch.randn(batch, 3, 32, 32, device=device)
-    labels = torch.randint(0, 10, (batch,), device=device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    bf16 = precision == "bf16-mixed"
-
-    def step() -> None:
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            loss = nn.functional.cross_entropy(model(images), labels)
-        loss.backward()
-        opt.step()
-
-    return step
-
-
-def bench_model_steps(scale_name: str, batch: int, device: torch.device) -> dict[str, Any]:
-    """The training step of every model at a preset scale: float32 against the default precision on this
-    device, interleaved in one process; achieved GFLOP/s from the counted FLOPs of the trained path.
-    Content models also against their float32 reference computation (``impl="reference"``)."""
-    default = resolve_precision("auto", device.type)
-    rows = []
-    for name in MODELS:
-        config = preset(name, scale_name).model_config
-        torch.manual_seed(0)
-        model = MODELS[name].build(config).to(device).train()
-        flops = counted_flops(model, training=True, batch=batch)
-        steps = {p: sgd_step(model, batch, device, p) for p in dict.fromkeys(("32-true", default))}
-        seconds = interleaved(steps, device)
-        row = {
-            "model": name,
-            "float32_images_per_s": batch / seconds["32-true"],
-            "default_images_per_s": batch / seconds[default],
-            "gflop_per_image": flops / 1e9,
-        }
-        row["speedup"] = row["default_images_per_s"] / row["float32_images_per_s"]
-        row["default_gflop_per_s"] = flops * row["default_images_per_s"] / 1e9
-        rows.append(row)
-    return {"scale": scale_name, "batch": batch, "default_precision": default, "rows": rows}
-
-
 def bench_data(device: torch.device, min_time: float) -> dict[str, Any]:
     """Augmentation + normalization per batch on the device vs per image with transforms.v2."""
     from torchvision.transforms import v2
@@ -354,6 +142,17 @@ def print_report(report: dict[str, Any]) -> None:
         f"hardware: {report['hardware'].get('gpu') or report['hardware']['cpu']} | device {report['device']}"
     )
     print(f"baseline: {BASELINE}")
+    _print_variants(report)
+    _print_steps(report)
+    d = report["data"]
+    print(
+        f"data path (batch {d['batch']}): per-batch crop/flip/normalize "
+        f"{d['batched_images_per_s']:,.0f} images/s, "
+        f"per-image transforms.v2 {d['per_image_v2_images_per_s']:,.0f} images/s, {d['speedup']:.1f}x"
+    )
+
+
+def _print_variants(report: dict[str, Any]) -> None:
     s = report["sizes"]
     print(
         f"\nattention sublayer forward+backward (B={s['batch']}, {s['grid']}x{s['grid']}, dim {s['dim']}, "
@@ -382,6 +181,9 @@ def print_report(report: dict[str, Any]) -> None:
         f"fitted exponent of time vs tokens: reference {sc['exponent']['reference']:.2f}, "
         f"fast {sc['exponent']['separable']:.2f}"
     )
+
+
+def _print_steps(report: dict[str, Any]) -> None:
     t = report["training_step"]
     off, paper, bf16 = t["dropout_off"], t["paper_dropout"], t["bf16"]
     print(
@@ -395,22 +197,20 @@ def print_report(report: dict[str, Any]) -> None:
         f"-> {bf16['bf16']:.1f}, {bf16['speedup']:.2f}x"
     )
     m = report.get("model_steps")
-    if m:
-        print(
-            f"\ntraining step of every model at the {m['scale']} scale (batch {m['batch']}), images/s, "
-            f"interleaved in one process; default precision here: {m['default_precision']}"
-        )
-        print(f"{'model':16} {'float32':>9} {'default':>9} {'speedup':>8} {'GFLOP/img':>10} {'GFLOP/s':>9}")
-        for r in m["rows"]:
-            print(
-                f"{r['model']:16} {r['float32_images_per_s']:9.1f} {r['default_images_per_s']:9.1f} "
-                f"{r['speedup']:7.2f}x {r['gflop_per_image']:10.3f} {r['default_gflop_per_s']:9.1f}"
-            )
-    d = report["data"]
+    if not m:
+        return
     print(
-        f"data path (batch {d['batch']}): per-batch crop/flip/normalize "
-        f"{d['batched_images_per_s']:,.0f} images/s, "
-        f"per-image transforms.v2 {d['per_image_v2_images_per_s']:,.0f} images/s, {d['speedup']:.1f}x"
+        f"\ntraining step of every model at the {m['scale']} scale (batch {m['batch']}), images/s, "
+        f"interleaved in one process; the default precision here: {m['default_precision']}"
+    )
+    print(f"{'model':16} {'float32':>9} {'bf16':>9} {'bf16/f32':>9} {'GFLOP/img':>10} {'GFLOP/s':>9}")
+    for r in m["rows"]:
+        print(
+            f"{r['model']:16} {r['float32_images_per_s']:9.1f} {r['bf16_images_per_s']:9.1f} "
+            f"{r['bf16_speedup']:8.2f}x {r['gflop_per_image']:10.3f} {r['default_gflop_per_s']:9.1f}"
+        )
+    print(
+        "GFLOP/s: in the default precision, from the counted FLOPs of the trained path (forward + backward)"
     )
 
 

@@ -282,7 +282,7 @@ def main_guard(main: Callable[[list[str] | None], int | None]) -> Callable[[list
     SIGTERM. ``--debug`` anywhere shows the full traceback instead."""
 
     def wrapped(argv: list[str] | None = None) -> int:
-        from sa_conv.training import RunInterruptedError
+        from sa_conv.interrupts import RunInterruptedError
 
         quiet_libraries()
         quiet_disk_full_threads()

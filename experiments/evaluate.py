@@ -18,8 +18,8 @@ from experiments.cli import (
     positive_int,
 )
 from sa_conv.checkpointing import read_checkpoint
+from sa_conv.evaluation import evaluate
 from sa_conv.lit import ImageClassifier
-from sa_conv.training import evaluate
 
 
 def build_parser() -> ArgumentParser:

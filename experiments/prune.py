@@ -25,10 +25,11 @@ from experiments.cli import (
     positive_int,
 )
 from sa_conv.checkpointing import read_checkpoint, run_config_of
+from sa_conv.evaluation import evaluate
 from sa_conv.files import write_json
 from sa_conv.lit import ImageClassifier
 from sa_conv.run_config import RunConfig, RunOptions
-from sa_conv.training import evaluate, module_for, train
+from sa_conv.training import module_for, train
 
 
 def build_parser() -> ArgumentParser:
@@ -90,8 +91,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             write_json(args.json, report)
         return 0
-    datamodule = datamodule_of_checkpoint(ckpt, args)  # the run's own split, subset and augmentation
-    before = evaluate(module, datamodule)
+    report.update(prune_and_fine_tune(module, pruned, config, datamodule_of_checkpoint(ckpt, args), args))
+    if args.json:
+        write_json(args.json, report)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def prune_and_fine_tune(
+    module: ImageClassifier, pruned: dict[int, list[int]], config: RunConfig, datamodule: Any, args: Any
+) -> dict[str, Any]:
+    """Test, prune, test, fine-tune (a run of its own) and test: the report's numbers."""
+    backbone = module.backbone
+    before = evaluate(module, datamodule)  # the run's own split, subset and augmentation
     backbone.prune_heads(pruned)
     after_pruning = evaluate(module, datamodule)
     tuned_config = config.replace(
@@ -108,22 +120,18 @@ def main(argv: list[str] | None = None) -> int:
         options=RunOptions(output_dir=args.output_dir, figures_every=None),
         module=tuned,
     )
-    report.update(
-        heads_after=list(backbone.config.heads_per_layer),
-        params_after=sum(p.numel() for p in backbone.parameters()),
+    return {
+        "heads_after": list(backbone.config.heads_per_layer),
+        "params_after": sum(p.numel() for p in backbone.parameters()),
         # the paper's protocol picks its best epoch on the test split: report the last epoch's instead
-        accuracy={
+        "accuracy": {
             "before": before,
             "pruned": after_pruning,
             "finetuned": summary.get("final_test_acc", summary["test_acc"]),
         },
-        finetune={"epochs": args.epochs, "lr": args.lr, "run_dir": summary["run_dir"]},
-        n_test_images=summary["n_test_images"],
-    )
-    if args.json:
-        write_json(args.json, report)
-    print(json.dumps(report, indent=2))
-    return 0
+        "finetune": {"epochs": args.epochs, "lr": args.lr, "run_dir": summary["run_dir"]},
+        "n_test_images": summary["n_test_images"],
+    }
 
 
 if __name__ == "__main__":

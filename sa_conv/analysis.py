@@ -172,32 +172,42 @@ def figures_of_maps(
         sharp = torch.stack([m.sharp for m in metrics])
         out.append(("attention/locality", locality_summary(distances, sharp=sharp, title=name or None)))
     if history:
-        series = _history_tensors(history)
-        if "centres" in series:
-            last = layer_centres(
-                series["centres"][-1],
-                inverse_covariance=series["inverse_covariance"][-1],
-                title=f"{name + ', ' if name else ''}step {series['steps'][-1]}",
-            )
-            out.append(("attention/layer_centres", last))
-            centres = centre_plot(
-                series["centres"],
-                inverse_covariance=series["inverse_covariance"],
-                steps=series["steps"],
-                title=name or None,
-            )
-            out.append(("attention/centres", centres))
-        if len(history) >= 2:
-            figure = locality_over_training(
-                series["steps"],
-                series["mean_distance"],
-                series["sharp_fraction"],
-                conv_likeness=series["conv_likeness"],
-                median_alpha=series["median_alpha"],
-                lr=[lr(step) for step in series["steps"]] if lr is not None else None,
-                title=f"{prefix}locality over training",
-            )
-            out.append(("attention/locality_over_training", figure))
+        out += _history_figures(history, lr, name)
+    return out
+
+
+def _history_figures(
+    history: list[dict[str, Any]], lr: Callable[[int], float] | None, name: str
+) -> list[tuple[str, Figure]]:
+    """The figures of a run's locality record: its centres now and over training, its locality curves."""
+    prefix = f"{name}: " if name else ""
+    out: list[tuple[str, Figure]] = []
+    series = _history_tensors(history)
+    if "centres" in series:
+        last = layer_centres(
+            series["centres"][-1],
+            inverse_covariance=series["inverse_covariance"][-1],
+            title=f"{name + ', ' if name else ''}step {series['steps'][-1]}",
+        )
+        out.append(("attention/layer_centres", last))
+        centres = centre_plot(
+            series["centres"],
+            inverse_covariance=series["inverse_covariance"],
+            steps=series["steps"],
+            title=name or None,
+        )
+        out.append(("attention/centres", centres))
+    if len(history) >= 2:
+        figure = locality_over_training(
+            series["steps"],
+            series["mean_distance"],
+            series["sharp_fraction"],
+            conv_likeness=series["conv_likeness"],
+            median_alpha=series["median_alpha"],
+            lr=[lr(step) for step in series["steps"]] if lr is not None else None,
+            title=f"{prefix}locality over training",
+        )
+        out.append(("attention/locality_over_training", figure))
     return out
 
 

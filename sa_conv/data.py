@@ -1,6 +1,6 @@
 """CIFAR-10 as a LightningDataModule: decoded once into uint8 tensors, augmented per batch on the device.
 
-Sources:
+Sources (``sa_conv.datasets``):
 - ``"torchvision"``: ``torchvision.datasets.CIFAR10(root, download=True)``.
 - ``"folder"``: an ImageFolder tree ``<dir>/train/<class>/*``, ``<dir>/test/<class>/*``.
 - ``"synthetic"``: generated class templates plus noise (learnable), for tests and smoke runs.
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import urllib.error
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,15 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from sa_conv.config import config_to_dict, option
-from sa_conv.files import new_folders_removed_on_error
+from sa_conv.datasets import (
+    CIFAR10_CLASSES,
+    DataError,
+    Split,
+    check_download_target,
+    load_image_folder,
+    load_torchvision,
+    synthetic,
+)
 
 __all__ = [
     "CIFAR10_CLASSES",
@@ -49,29 +56,10 @@ __all__ = [
     "random_crop_flip",
 ]
 
-CIFAR10_CLASSES = (
-    "airplane",
-    "automobile",
-    "bird",
-    "cat",
-    "deer",
-    "dog",
-    "frog",
-    "horse",
-    "ship",
-    "truck",
-)
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2023, 0.1994, 0.2010)  # the paper's train.py (not the pixel std 0.247, 0.243, 0.261)
-IMAGE_SIZE = 32
-
 Source = Literal["auto", "torchvision", "folder", "synthetic"]
-Split = Literal["train", "test"]
 Protocol = Literal["clean", "paper"]
-
-
-class DataError(RuntimeError):
-    """The data cannot be loaded; the message says what to do."""
 
 
 def data_difference(stored: dict[str, Any], now: dict[str, Any]) -> str | None:
@@ -187,88 +175,6 @@ class ResumableDataLoader(DataLoader):
 def _whole_batch(batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
     """collate_fn for ``TensorImages.__getitems__``: the batch is already stacked."""
     return batch
-
-
-def load_image_folder(root: Path, split: Split) -> tuple[Tensor, Tensor]:
-    """Decode ``root/split/<class>/*`` into uint8 ``(N, 3, 32, 32)`` and labels; errors name the file."""
-    from torchvision.datasets import ImageFolder
-    from torchvision.io import ImageReadMode, decode_image, read_file
-
-    folder = root / split
-    if not folder.is_dir():
-        raise DataError(f"{root} has no '{split}' folder: expected {root}/{split}/<class>/*.jpg")
-    try:
-        tree = ImageFolder(str(folder), loader=str)
-    except FileNotFoundError as err:  # a class folder without images, or no class folders
-        raise DataError(f"{folder}: {err}") from None
-    if tuple(tree.classes) != CIFAR10_CLASSES:
-        missing = sorted(set(CIFAR10_CLASSES) - set(tree.classes))
-        extra = sorted(set(tree.classes) - set(CIFAR10_CLASSES))
-        raise DataError(
-            f"{folder} does not hold the 10 CIFAR-10 classes (missing: {', '.join(missing) or '-'}; "
-            f"unexpected: {', '.join(extra) or '-'})"
-        )
-    images = torch.empty(len(tree.samples), 3, IMAGE_SIZE, IMAGE_SIZE, dtype=torch.uint8)
-    for i, (path, _) in enumerate(tree.samples):
-        try:
-            image = decode_image(read_file(path), mode=ImageReadMode.RGB)
-        except RuntimeError as err:
-            raise DataError(f"cannot decode image {path}: {str(err).splitlines()[0]}") from None
-        if image.shape[1:] != (IMAGE_SIZE, IMAGE_SIZE):
-            raise DataError(f"image {path} is {image.shape[2]}x{image.shape[1]}, expected 32x32")
-        images[i] = image
-    return images, torch.tensor(tree.targets, dtype=torch.long)
-
-
-def check_download_target(root: Path) -> None:
-    """Refuse to download CIFAR-10 into a folder that holds something else (a mistyped ``data_dir``)."""
-    if not root.exists() or (root / "cifar-10-batches-py").is_dir():
-        return
-    if not root.is_dir():
-        raise DataError(f"{root} is a file, not a data folder")
-    entries = sorted(p.name for p in root.iterdir() if not p.name.startswith("."))
-    if not entries or entries == ["cifar-10-python.tar.gz"]:
-        return
-    classes = sorted(set(entries) & set(CIFAR10_CLASSES))
-    if classes:
-        raise DataError(
-            f"{root} holds class folders ({', '.join(classes[:2])}, ...): "
-            f"it is one split of an ImageFolder tree; pass its parent folder, which holds train/ and test/"
-        )
-    raise DataError(
-        f"{root} holds neither an ImageFolder tree (train/, test/) nor torchvision's CIFAR-10 "
-        f"(cifar-10-batches-py), and is not empty: refusing to download CIFAR-10 into it"
-    )
-
-
-def load_torchvision(root: Path, split: Split, *, download: bool) -> tuple[Tensor, Tensor]:
-    """CIFAR-10 through ``torchvision.datasets.CIFAR10`` as uint8 ``(N, 3, 32, 32)`` and labels."""
-    from torchvision.datasets import CIFAR10
-
-    hint = (
-        "pass --data-dir with an existing CIFAR-10 copy (cifar-10-batches-py) or an ImageFolder tree "
-        "<dir>/train/<class>/*, <dir>/test/<class>/*"
-    )
-    try:
-        with new_folders_removed_on_error(root):  # a failed download leaves no empty folder behind
-            dataset = CIFAR10(str(root), train=split == "train", download=download)
-    except (urllib.error.URLError, OSError, TimeoutError) as err:
-        reason = getattr(err, "reason", err)
-        raise DataError(f"could not download CIFAR-10 into {root} ({reason}): {hint}") from None
-    except RuntimeError as err:  # "Dataset not found or corrupted"
-        raise DataError(f"CIFAR-10 in {root} is missing or corrupt ({err}): {hint}") from None
-    images = torch.from_numpy(dataset.data).permute(0, 3, 1, 2).contiguous()  # (N, 3, 32, 32)
-    return images, torch.tensor(dataset.targets, dtype=torch.long)
-
-
-def synthetic(n: int, *, seed: int, num_classes: int = 10) -> tuple[Tensor, Tensor]:
-    """Learnable synthetic images: a fixed random template per class plus noise, uint8."""
-    g = torch.Generator().manual_seed(seed)
-    templates = torch.rand(num_classes, 3, IMAGE_SIZE, IMAGE_SIZE, generator=torch.Generator().manual_seed(0))
-    labels = torch.randint(0, num_classes, (n,), generator=g)
-    noise = torch.rand(n, 3, IMAGE_SIZE, IMAGE_SIZE, generator=g)
-    images = (0.6 * templates[labels] + 0.4 * noise) * 255
-    return images.round().to(torch.uint8), labels
 
 
 @dataclass(frozen=True, kw_only=True)

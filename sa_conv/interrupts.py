@@ -12,7 +12,14 @@ from typing import Any
 
 import pytorch_lightning as pl
 
-__all__ = ["RankLostError", "RankRecord", "RunInterruptedError", "lost_ranks", "sigint_as_sigterm"]
+__all__ = [
+    "RankLostError",
+    "RankRecord",
+    "RunInterruptedError",
+    "lost_ranks",
+    "peer_lost",
+    "sigint_as_sigterm",
+]
 
 
 class RunInterruptedError(RuntimeError):
@@ -100,3 +107,19 @@ def lost_ranks(record: RankRecord, world_size: int, me: int) -> list[int]:
         except (ValueError, OSError):
             continue
     return gone
+
+
+def peer_lost(record: RankRecord, me: int, world: int, err: BaseException) -> RankLostError | None:
+    """The one-line error for a distributed run whose collective failed: the rank that is gone (or the
+    wait that timed out) and how to go on; None for an error that is not about a peer."""
+    gone = lost_ranks(record, world, me)
+    text = str(err).lower()
+    timed_out = "timeout" in text or "timed out" in text
+    if not gone and not timed_out and "peer" not in text and "connection" not in text:
+        return None  # another error: it speaks for itself
+    if gone:
+        who = ", ".join(f"rank {r}" for r in gone)
+        what = f"{who} of {world} is gone (its process ended: killed, out of memory, or a lost node)"
+    else:
+        what = f"a peer of rank {me} of {world} stopped answering (a dead rank or a lost node)"
+    return RankLostError(f"{what}; rank {me} stopped too. Resume the run with the same command and --resume")

@@ -31,10 +31,10 @@ from sa_conv.checkpointing import (
     InterruptCheckpoint,
     ResumableRNG,
     RunConfigRecord,
-    read_checkpoint,
 )
 from sa_conv.data import CIFAR10DataModule, data_difference
-from sa_conv.explorer import explorer_data, write_explorer
+from sa_conv.evaluation import correct_on_test
+from sa_conv.explorer import write_run_explorer
 from sa_conv.files import (
     DiskFullError,
     disk_full,
@@ -44,13 +44,14 @@ from sa_conv.files import (
     write_text,
 )
 from sa_conv.flops import counted_flops
-from sa_conv.interrupts import RankLostError, RankRecord, RunInterruptedError, lost_ranks, sigint_as_sigterm
+from sa_conv.interrupts import RankRecord, RunInterruptedError, peer_lost, sigint_as_sigterm
 from sa_conv.lit import ImageClassifier
-from sa_conv.machine import cpu_has_native_bf16, hardware, peak_flops, resolve_precision
+from sa_conv.machine import hardware, peak_flops
+from sa_conv.precision import flush_denormals, settle_precision, warn_slow_bf16
 from sa_conv.resume import Resume
 from sa_conv.run_config import RunConfig, RunOptions, dump_config
 
-__all__ = ["datamodule_for", "evaluate", "flush_denormals", "module_for", "settle_precision", "train"]
+__all__ = ["datamodule_for", "module_for", "train"]
 
 
 def module_for(config: RunConfig) -> ImageClassifier:
@@ -69,48 +70,6 @@ def datamodule_for(
     return CIFAR10DataModule(
         config.data, data_dir=data_dir, source=source, synthetic_size=synthetic_size, seed=config.seed
     )
-
-
-def evaluate(module: ImageClassifier, datamodule: CIFAR10DataModule, split: str = "test") -> float:
-    """Accuracy of ``module`` on a split (``test`` or ``val``) of ``datamodule``, on one device."""
-    trainer = pl.Trainer(
-        accelerator="auto", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False
-    )
-    run = trainer.test if split == "test" else trainer.validate
-    name = "test" if split == "test" else module.hparams.val_name
-    return float(run(module, datamodule=datamodule, verbose=False)[0][f"{name}/acc"])
-
-
-def settle_precision(config: RunConfig, accelerator: str, stored: dict[str, Any] | None = None) -> RunConfig:
-    """The config with its precision decided: a resumed run keeps its own (``stored``, its checkpoint's
-    config) whatever this machine would pick; a new run resolves ``auto`` for this machine."""
-    if stored is None or config.precision != "auto":
-        return config.replace(precision=resolve_precision(config.precision, accelerator))
-    precision = stored.get("precision", "auto")
-    if precision == "auto":  # written before runs recorded their precision: what auto meant here then
-        precision = resolve_precision("auto", accelerator)
-    return config.replace(precision=precision)
-
-
-def flush_denormals() -> None:
-    """Flush float32 denormals to zero on the CPU (x86 FTZ/DAZ), for the whole process.
-
-    A quadratic head's softmax has tails e^-(alpha d^2) far below 1e-38: denormal numbers, on which x86
-    arithmetic takes a slow microcode path. Flushed, the 6-layer CPU-scale step runs 1.5x faster in float32;
-    what changes is below 1.2e-38 (the smallest normal float32), nothing a probability or a gradient of
-    this model resolves. No effect on GPUs (and on CPUs without the mode it does nothing)."""
-    torch.set_flush_denormal(True)
-
-
-def warn_slow_bf16(config: RunConfig, accelerator: str) -> None:
-    """bf16 on a CPU without native bf16 (a resumed run keeps its precision): several times slower."""
-    gpu = torch.cuda.is_available() and accelerator != "cpu"
-    if config.precision == "bf16-mixed" and not gpu and not cpu_has_native_bf16():
-        print(
-            "warning: this run trains in bf16-mixed and this CPU has no native bf16 (AVX-512 BF16, AMX): it "
-            "will be several times slower here",
-            file=sys.stderr,
-        )
 
 
 @dataclass
@@ -169,6 +128,8 @@ def train(
         rate = callbacks.progress.images_per_second
         steps_seconds = callbacks.progress.seconds
         test = _test(trainer, module, datamodule, config, callbacks, run_dir, history)
+        if trainer.is_global_zero:  # which test images the reported model gets right (paired tests)
+            test["test_correct"] = correct_on_test(module.backbone, datamodule, config.precision)
         summary = {
             **_summary(trainer, config, datamodule, module, run_dir, flops, wall, rate, steps_seconds),
             **test,
@@ -181,7 +142,7 @@ def train(
         if trainer.is_global_zero and not options.fast_dev_run:
             write_json(run_dir / "metrics.json", summary)
             if options.explore and module.backbone.has_attention:
-                _explore(run_dir, datamodule, summary)
+                write_run_explorer(run_dir, datamodule, summary)
         return summary
 
 
@@ -362,28 +323,11 @@ def _fit(
             raise
         except RuntimeError as err:
             if trainer.world_size > 1:
-                _peer_lost(trainer, callbacks, err)
+                lost = peer_lost(callbacks.ranks, trainer.global_rank, trainer.world_size, err)
+                if lost is not None:
+                    raise lost from None
             raise
     return time.perf_counter() - start
-
-
-def _peer_lost(trainer: pl.Trainer, callbacks: _Callbacks, err: RuntimeError) -> None:
-    """A distributed run whose collective failed: name the rank that is gone (or the wait that timed out)
-    and how to go on, in one line (``RankLostError``)."""
-    me, world = trainer.global_rank, trainer.world_size
-    gone = lost_ranks(callbacks.ranks, world, me)
-    text = str(err).lower()
-    timed_out = "timeout" in text or "timed out" in text
-    if not gone and not timed_out and "peer" not in text and "connection" not in text:
-        return  # another error: it speaks for itself
-    if gone:
-        who = ", ".join(f"rank {r}" for r in gone)
-        what = f"{who} of {world} is gone (its process ended: killed, out of memory, or a lost node)"
-    else:
-        what = f"a peer of rank {me} of {world} stopped answering (a dead rank or a lost node)"
-    raise RankLostError(
-        f"{what}; rank {me} stopped too. Resume the run with the same command and --resume"
-    ) from None
 
 
 def _best_path(callbacks: _Callbacks, options: RunOptions) -> str | None:
@@ -421,28 +365,6 @@ def _test(
         "test_acc": float(results[0]["test/acc"]) if results else float("nan"),
         "best_val_acc": float(score) if score is not None else float("nan"),
     }
-
-
-def _explore(run_dir: Path, datamodule: CIFAR10DataModule, summary: dict[str, Any]) -> None:
-    """``explorer.html``: the attention explorer of the last checkpoint, on 8 test images."""
-    last = run_dir / "checkpoints" / "last.ckpt"
-    if not last.is_file():
-        return
-    ckpt = read_checkpoint(last)
-    backbone = ImageClassifier.from_checkpoint(ckpt).backbone
-    images, _ = datamodule.evaluation_images(8, normalized=False)
-    source = "synthetic images" if datamodule.resolved_source() == "synthetic" else "test images"
-    meta = {
-        "model": summary["model"],
-        "config": summary["config"],
-        "checkpoint": str(last),
-        "step": ckpt.get("global_step"),
-        "test_acc": summary.get("test_acc"),
-        "test_note": "the run's reported accuracy (its best checkpoint)",
-        "images_note": f"{len(images)} {source} of the run's data",
-    }
-    data = explorer_data(backbone, images, datamodule.normalize(images), meta=meta)
-    write_explorer(run_dir / "explorer.html", data)
 
 
 def _summary(

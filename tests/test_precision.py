@@ -11,8 +11,8 @@ import sa_conv.machine as machine
 from experiments import run
 from experiments.cli import main_guard
 from sa_conv.checkpointing import read_checkpoint, run_config_of
+from sa_conv.precision import settle_precision, warn_slow_bf16
 from sa_conv.run_config import RunConfig, config_difference
-from sa_conv.training import settle_precision, warn_slow_bf16
 
 QUICK = ["quadratic", "--scale", "tiny", "--layers", "1", "--hidden", "16", "--heads", "2", "--ffn", "16"]
 QUICK += ["--synthetic", "--synthetic-size", "64", "--batch-size", "32", "--epochs", "1"]

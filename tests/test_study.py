@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from experiments import study
-from experiments.study import Entry, standard_error
+from experiments.studies import Entry
+from experiments.study_tables import flops_of, standard_error
 
 
 def test_standard_error_is_binomial() -> None:
@@ -139,7 +140,7 @@ def test_report_without_runs_keeps_the_committed_rows(tmp_path: Path) -> None:
     rows = json.loads((out / "small.json").read_text())
     assert [(r["name"], r["seed"], r["test_acc"]) for r in rows] == [("quadratic", 1, 0.7135)]
     assert rows[0]["rechecked"] is False and "flops_per_image" not in rows[0]
-    expected = study.flops_of(study.entry_config(study.STUDIES["small"][0], "small", 1))
+    expected = flops_of(study.entry_config(study.STUDIES["small"][0], "small", 1))
     assert rows[0]["train_flops_per_image"] == expected["train_flops_per_image"] > 44434688
     text = (out / "small.md").read_text()
     assert "| quadratic* | 1 |" in text and "71.4 +- 1.0%" in text

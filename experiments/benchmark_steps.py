@@ -1,0 +1,146 @@
+"""The benchmark's training steps: the quadratic model's step on its fast path against the reference (with
+and without the paper's attention dropout, in float32 and bf16), and every model's step at a preset scale
+in float32 and in the default precision; each as images per second, measured in one process."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from experiments.benchmark_tools import Scale, time_it
+from experiments.presets import preset
+from sa_conv.attention import MultiHeadSelfAttention2d
+from sa_conv.flops import counted_flops
+from sa_conv.machine import resolve_precision
+from sa_conv.models import MODELS, create_model
+
+__all__ = ["bench_model_steps", "bench_training_step"]
+
+
+def per_image_dropout(layer: MultiHeadSelfAttention2d) -> Callable[..., torch.Tensor]:
+    """A forward of ``layer``'s reference computation drawing one attention-dropout mask per image (what
+    the suite did before following the paper's one mask per step): the baseline of the dropout step."""
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        b, h, w, d = x.shape
+        probs = layer.probabilities(x).expand(b, -1, -1, -1)  # (B, heads, N, N)
+        heads_out = (layer.attn_dropout(probs) @ x.reshape(b, 1, h * w, d)).transpose(1, 2)
+        return layer.proj(heads_out.reshape(b, h, w, layer.heads * d))
+
+    return forward
+
+
+def step_images_per_second(
+    model: nn.Module, scale: Scale, device: torch.device, *, bf16: bool = False
+) -> float:
+    """Images per second of full SGD steps (forward, backward, update) of ``model``."""
+    images = torch.randn(scale.step_batch, 3, 32, 32, device=device)
+    labels = torch.randint(0, 10, (scale.step_batch,), device=device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = nn.functional.cross_entropy(model(images), labels)
+        loss.backward()
+        opt.step()
+
+    return scale.step_batch / time_it(step, device, scale.min_time)
+
+
+def bench_training_step(scale: Scale, device: torch.device) -> dict[str, Any]:
+    """Training steps of the quadratic model at the scale: with attention dropout off (separable against
+    the reference), with the paper's dropout 0.1 (one mask per step on the shared path, against the
+    reference with one mask per image), and in bf16 autocast against float32."""
+
+    def model(dropout: float, impl: str) -> nn.Module:
+        torch.manual_seed(0)
+        m = create_model("quadratic", **{**scale.model, "attn_dropout": dropout}).to(device).train()
+        for layer in m.attention_layers():
+            layer.impl = impl
+        return m
+
+    result: dict[str, Any] = {"batch": scale.step_batch}
+    off = {impl: step_images_per_second(model(0.0, impl), scale, device) for impl in ("reference", "auto")}
+    result["dropout_off"] = {**off, "speedup": off["auto"] / off["reference"]}
+    baseline = model(0.1, "reference")
+    for layer in baseline.attention_layers():
+        layer.forward = per_image_dropout(layer)
+    paper = {
+        "per_image_reference": step_images_per_second(baseline, scale, device),
+        "reference": step_images_per_second(model(0.1, "reference"), scale, device),
+        "auto": step_images_per_second(model(0.1, "auto"), scale, device),
+    }
+    result["paper_dropout"] = {**paper, "speedup": paper["auto"] / paper["per_image_reference"]}
+    dropout = scale.model.get("attn_dropout", 0.1)  # the scale's own training configuration
+    precisions = {
+        name: step_images_per_second(model(dropout, "auto"), scale, device, bf16=name == "bf16")
+        for name in ("float32", "bf16")
+    }
+    result["bf16"] = {
+        **precisions,
+        "attn_dropout": dropout,
+        "speedup": precisions["bf16"] / precisions["float32"],
+    }
+    return result
+
+
+def interleaved(
+    steps: dict[str, Callable[[], None]], device: torch.device, rounds: int = 3
+) -> dict[str, float]:
+    """Seconds per call of each function, measured in alternation (``rounds`` times, the best kept), so
+    that a machine's other load falls on every configuration alike."""
+    for fn in steps.values():
+        fn()  # warm-up
+    best = dict.fromkeys(steps, math.inf)
+    for _ in range(rounds):
+        for name, fn in steps.items():
+            best[name] = min(best[name], time_it(fn, device, 0.0))
+    return best
+
+
+def sgd_step(model: nn.Module, batch: int, device: torch.device, precision: str) -> Callable[[], None]:
+    """One full SGD step (forward, backward, update) of ``model`` on random images, in ``precision``."""
+    images = torch.randn(batch, 3, 32, 32, device=device)
+    labels = torch.randint(0, 10, (batch,), device=device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    bf16 = precision == "bf16-mixed"
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = nn.functional.cross_entropy(model(images), labels)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def bench_model_steps(scale_name: str, batch: int, device: torch.device) -> dict[str, Any]:
+    """The training step of every model at a preset scale in float32 and in bf16-mixed, interleaved in one
+    process, beside which of them ``auto`` picks on this device; achieved GFLOP/s from the counted FLOPs
+    of the trained path."""
+    default = resolve_precision("auto", device.type)
+    rows = []
+    for name in MODELS:
+        config = preset(name, scale_name).model_config
+        torch.manual_seed(0)
+        model = MODELS[name].build(config).to(device).train()
+        flops = counted_flops(model, training=True, batch=batch)
+        steps = {p: sgd_step(model, batch, device, p) for p in ("32-true", "bf16-mixed")}
+        seconds = interleaved(steps, device)
+        row = {
+            "model": name,
+            "float32_images_per_s": batch / seconds["32-true"],
+            "bf16_images_per_s": batch / seconds["bf16-mixed"],
+            "gflop_per_image": flops / 1e9,
+        }
+        row["bf16_speedup"] = row["bf16_images_per_s"] / row["float32_images_per_s"]
+        fastest = row["bf16_images_per_s"] if default == "bf16-mixed" else row["float32_images_per_s"]
+        row["default_gflop_per_s"] = flops * fastest / 1e9
+        rows.append(row)
+    return {"scale": scale_name, "batch": batch, "default_precision": default, "rows": rows}

@@ -1,0 +1,206 @@
+"""The study's tables: one row per run (its accuracy, FLOPs, locality, history, per-image test results),
+the committed rows it keeps, the Markdown table and the paired comparisons between models."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from experiments.cli import UserError
+from experiments.presets import preset
+from experiments.studies import PAPER_TABLE, Entry, entry_config
+from sa_conv.analysis import layer_summary
+from sa_conv.flops import analytic_flops
+from sa_conv.machine import hardware
+from sa_conv.run_config import RunConfig
+from sa_conv.stats import mcnemar, paired_bootstrap
+
+__all__ = ["committed_rows", "comparisons", "flops_of", "markdown", "row_of", "standard_error"]
+
+
+def standard_error(accuracy: float, n: int) -> float:
+    """Binomial standard error of an accuracy measured on ``n`` images."""
+    return math.sqrt(max(accuracy * (1 - accuracy), 0.0) / max(n, 1))
+
+
+def flops_of(config: RunConfig) -> dict[str, int]:
+    """GFLOP columns of a run: its training step (forward + backward, the trained path) and evaluation."""
+    family = config.model_config
+    return {
+        "train_flops_per_image": analytic_flops(config.model, family, training=True),
+        "eval_flops_per_image": analytic_flops(config.model, family, training=False, passes="forward"),
+    }
+
+
+def locality_curve(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run's locality record, per recorded step and layer (``layer_summary`` of each snapshot)."""
+    return [{"step": s["step"], "layers": layer_summary(s)} for s in history]
+
+
+def row_of(entry: Entry, seed: int, metrics: dict[str, Any]) -> dict[str, Any]:
+    """One row of the study's JSON."""
+    config = RunConfig.from_dict(metrics["config"])
+    history = metrics.get("locality_history") or []
+    return {
+        "name": entry.name,
+        "model": entry.model,
+        "seed": seed,
+        "note": entry.note,
+        "protocol": metrics["protocol"],
+        "epochs": metrics["config"]["epochs"],
+        "layers_count": getattr(config.model_config, "layers", None),
+        "heads": getattr(config.model_config, "heads", None),
+        "precision": metrics.get("precision", "32-true"),
+        "params": metrics["params"],
+        **flops_of(config),
+        "test_acc": metrics["test_acc"],
+        "test_acc_stderr": standard_error(metrics["test_acc"], metrics["n_test_images"]),
+        "n_test_images": metrics["n_test_images"],
+        "best_val_acc": metrics.get("best_val_acc"),
+        # the training steps' time over the whole run, resumes included (not the evaluation)
+        "train_time_s": metrics.get("train_step_seconds")
+        or metrics["n_train_images"] * metrics["epochs_completed"] / max(metrics["train_images_per_s"], 1e-9),
+        "train_images_per_s": metrics["train_images_per_s"],
+        # recomputed from the run's own record, so that a summary added later applies to finished runs
+        "layers": layer_summary(history[-1]) if history else [],
+        "locality_history": locality_curve(history),
+        "epochs_history": metrics.get("history", []),
+        "run_dir": metrics["run_dir"],
+        "test_correct": metrics.get("test_correct"),
+        "rechecked": True,
+    }
+
+
+def committed_rows(path: Path, table: Sequence[tuple[Entry, int]], scale: str) -> dict[tuple[str, int], Any]:
+    """The rows of a committed results JSON for the study's entries, marked as not re-checked here, with
+    their FLOP columns recomputed from the entry's config (the committed count may predate its fix)."""
+    if not path.is_file():
+        return {}
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise UserError(f"{path} is not a readable results JSON; move it away to rebuild it") from None
+    entries = {(e.name, s): e for e, s in table}
+    kept = {}
+    for row in rows if isinstance(rows, list) else []:
+        key = (row.get("name"), row.get("seed"))
+        if key in entries:
+            config = entry_config(entries[key], scale, key[1])
+            row = {k: v for k, v in row.items() if k != "flops_per_image"}
+            kept[key] = {**row, **flops_of(config), "rechecked": False}
+    return kept
+
+
+def markdown(rows: list[dict[str, Any]], args: Any, missing: Sequence[str] = ()) -> str:
+    """The results table, the runs not finished, and the per-layer locality table."""
+    base = preset("quadratic", args.scale)
+    command = f"python -m experiments.study --scale {args.scale}" + (
+        f" --data-dir {args.data_dir}" if args.data_dir else ""
+    )
+    hw = hardware()
+    sa, data = base.model_config, base.data
+    budget = (
+        f"Budget, the same for every model unless noted: {base.epochs} epochs, batch {data.batch_size}, "
+        f"protocol {data.protocol} ({data.val_size} validation images held out), "
+        f"{data.train_subset or 'all'} training images; SA models {sa.layers} layers of width "
+        f"{sa.hidden}, {sa.heads} heads. Accuracy on the test split with its binomial standard error."
+    )
+    machine = (
+        f"Hardware: {hw['cpu']} ({hw['cpu_count']} cores), {hw.get('gpu') or 'no GPU'}; "
+        "images/s as measured during each run."
+    )
+    lines = [
+        f"# Study at `{args.scale}` scale",
+        "",
+        f"Command: `{command}`",
+        "",
+        budget,
+        machine,
+        "",
+        "GFLOP per image: the training step (forward + backward, on the path training takes) and "
+        "evaluation (forward). Rows marked * come from the committed table: their runs are not here to "
+        "re-check.",
+        "",
+        "| model | seed | precision | params | GFLOP train step / eval | steps (min) | images/s | test acc "
+        "| paper acc (params) |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in rows:
+        paper = PAPER_TABLE.get(r["name"])
+        note = f" ({r['note']})" if r["note"] else ""
+        mark = "" if r.get("rechecked", True) else "*"
+        lines.append(
+            f"| {r['name']}{note}{mark} | {r['seed']} | {r.get('precision', '32-true')} | "
+            f"{r['params'] / 1e6:.3f}M | "
+            f"{r['train_flops_per_image'] / 1e9:.3f} / {r['eval_flops_per_image'] / 1e9:.3f} | "
+            f"{r['train_time_s'] / 60:.0f} | {r['train_images_per_s']:.0f} | "
+            f"{100 * r['test_acc']:.1f} +- {100 * r['test_acc_stderr']:.1f}% | "
+            f"{f'{paper[0]}% ({paper[1]}M)' if paper else '-'} |"
+        )
+    if missing:
+        lines += ["", "Not finished (no result yet): " + ", ".join(missing) + "."]
+    return "\n".join([*lines, *locality_lines(rows), *comparisons(rows)]) + "\n"
+
+
+def locality_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Per run and layer: mean attention distance, sharp heads and their distinct taps, median alpha."""
+    lines = [
+        "",
+        "Locality per layer at the end of training (interior queries): mean attention distance in token "
+        "pixels, sharp heads (>= 0.5 of their mass on one pixel) and the distinct taps they attend to, "
+        "median alpha of Gaussian heads:",
+        "",
+    ]
+    for r in rows:
+        cells = []
+        for i, layer in enumerate(r["layers"]):
+            alpha = f", alpha {layer['median_alpha']:.2f}" if "median_alpha" in layer else ""
+            taps = layer.get("sharp_distinct_taps")
+            distinct = f" on {taps} distinct taps" if taps is not None else ""
+            sharp = f"{layer['sharp_heads']}/{layer['heads']} sharp{distinct}"
+            cells.append(f"layer {i + 1}: {layer['mean_distance']:.2f} px, {sharp}{alpha}")
+        if cells:
+            lines.append(f"- {r['name']} seed {r['seed']}: " + "; ".join(cells))
+    return lines
+
+
+def comparisons(rows: list[dict[str, Any]], alpha: float = 0.05) -> list[str]:
+    """Every pair of entries whose runs all recorded their per-image test results: the seeds' accuracies,
+    McNemar's exact test for every pair of seeds, the paired bootstrap interval of the difference of the
+    seed means, and an ordering only where every one of them agrees."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(r["name"], []).append(r)
+    complete = {k: v for k, v in groups.items() if all(r.get("test_correct") for r in v)}
+    if len(complete) < 2:
+        return []
+    out = [
+        "",
+        "Paired comparisons on the same test images (McNemar's exact test for every pair of seeds, and the "
+        "95% bootstrap interval of the difference of the seed means, resampling test images and seeds); an "
+        f"ordering is claimed only where every seed of one is above every seed of the other, every McNemar "
+        f"p < {alpha} and the interval excludes 0:",
+        "",
+    ]
+    names = list(complete)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            ra = [[c == "1" for c in r["test_correct"]] for r in complete[a]]
+            rb = [[c == "1" for c in r["test_correct"]] for r in complete[b]]
+            ps = [mcnemar(x, y)[2] for x in ra for y in rb]
+            diff, low, high = paired_bootstrap(ra, rb)
+            acc_a, acc_b = [r["test_acc"] for r in complete[a]], [r["test_acc"] for r in complete[b]]
+            above = min(acc_a) > max(acc_b) or min(acc_b) > max(acc_a)
+            claimed = above and max(ps) < alpha and (low > 0 or high < 0)
+            first, second = (a, b) if diff > 0 else (b, a)
+            verdict = f"**{first} above {second}**" if claimed else "no ordering claimed"
+            out.append(
+                f"- {a} ({', '.join(f'{100 * x:.1f}' for x in acc_a)}%) vs {b} "
+                f"({', '.join(f'{100 * x:.1f}' for x in acc_b)}%): difference of means {100 * diff:+.1f} "
+                f"points, 95% interval [{100 * low:+.1f}, {100 * high:+.1f}]; McNemar p "
+                f"{', '.join(f'{p:.2g}' for p in ps)}: {verdict}"
+            )
+    return out

@@ -1,0 +1,43 @@
+"""Evaluating a trained module: its accuracy on a split, and which test images it gets right."""
+
+from __future__ import annotations
+
+import pytorch_lightning as pl
+import torch
+
+from sa_conv.data import CIFAR10DataModule
+from sa_conv.lit import ImageClassifier
+from sa_conv.precision import autocast_available
+
+__all__ = ["correct_on_test", "evaluate"]
+
+
+def evaluate(module: ImageClassifier, datamodule: CIFAR10DataModule, split: str = "test") -> float:
+    """Accuracy of ``module`` on a split (``test`` or ``val``) of ``datamodule``, on one device."""
+    trainer = pl.Trainer(
+        accelerator="auto", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False
+    )
+    run = trainer.test if split == "test" else trainer.validate
+    name = "test" if split == "test" else module.hparams.val_name
+    return float(run(module, datamodule=datamodule, verbose=False)[0][f"{name}/acc"])
+
+
+@torch.no_grad()
+def correct_on_test(
+    backbone: torch.nn.Module, datamodule: CIFAR10DataModule, precision: str = "32-true"
+) -> str:
+    """Per test image, whether ``backbone`` classifies it right: a string of 0 and 1 in the test split's
+    order (what a paired test between two models on the same images needs)."""
+    was_training = backbone.training
+    backbone.eval()
+    device = next(backbone.parameters()).device
+    images, labels = datamodule.evaluation_images(normalized=False)
+    bf16 = precision == "bf16-mixed" and autocast_available(device)
+    correct = []
+    for start in range(0, len(labels), 500):
+        batch = datamodule.normalize(images[start : start + 500].to(device))
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            predicted = backbone(batch).argmax(-1).cpu()
+        correct.append(predicted == labels[start : start + 500])
+    backbone.train(was_training)
+    return "".join("1" if ok else "0" for ok in torch.cat(correct).tolist())

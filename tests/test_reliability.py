@@ -594,3 +594,18 @@ def test_chaos_random_kills_then_resumes_end_in_the_same_weights(tmp_path):
     wb = weights(last.parent / "checkpoints/last.ckpt")
     for k in wa:
         torch.testing.assert_close(wb[k], wa[k], rtol=0, atol=0, msg=k)
+
+
+@pytest.mark.slow
+def test_compile_trains_and_evaluates_with_partial_batches(tmp_path):
+    """--compile on a CPU: the backbone is compiled in place (checkpoints keep their names); training,
+    evaluation (another graph) and the last partial batch of each split all run, and the run resumes."""
+    argv = ["quadratic", *TINY, "--epochs", "1", "--synthetic-size", "150", "--batch-size", "32", "--compile"]
+    proc = run_cli([*argv, "--output-dir", str(tmp_path)])
+    assert proc.wait(timeout=900) == 0, proc.stderr.read().decode()[-3000:]
+    metrics = json.loads((tmp_path / "quadratic/version_0/metrics.json").read_text())
+    assert metrics["n_train_images"] % 32 and metrics["n_test_images"] % 256  # partial last batches
+    state = weights(tmp_path / "quadratic/version_0/checkpoints/last.ckpt")
+    assert "backbone.blocks.0.attention.proj.weight" in state  # no _orig_mod in the names
+    module = ImageClassifier.from_checkpoint(tmp_path / "quadratic/version_0/checkpoints/last.ckpt")
+    assert module.hparams.model == "quadratic"

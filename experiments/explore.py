@@ -1,6 +1,7 @@
 """The attention explorer of a checkpoint: one self-contained HTML page (no server, no network).
 
     python -m experiments.explore CKPT [--out FILE.html] [--images N] [--data-dir DIR] [--synthetic]
+                                       [--screenshot PNG [--layer L] [--query ROW COL]]
 
 Pick one of N test images (the checkpoint's own data; synthetic images when there is none, said on the
 page), point at a pixel, and see every head of every layer attend from there. Writes ``explorer.html``
@@ -10,6 +11,7 @@ in the checkpoint's run folder unless ``--out`` names another file.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from experiments.cli import (
 from sa_conv.checkpointing import CheckpointError, read_checkpoint
 from sa_conv.data import CIFAR10DataModule, DataConfig
 from sa_conv.explorer import explorer_data, write_explorer
+from sa_conv.files import atomic_write
 from sa_conv.lit import ImageClassifier
 
 
@@ -34,7 +37,47 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--out", type=Path, help="the page (default: explorer.html in the run folder)")
     parser.add_argument("--images", type=positive_int, default=8, help="test images in the page (default: 8)")
     data_flags(parser, default_note="the checkpoint's own data")
+    shot = parser.add_argument_group("a screenshot of the page (headless Chromium, through playwright)")
+    shot.add_argument(
+        "--screenshot", type=Path, help="also save the page, as a browser draws it, to this PNG"
+    )
+    shot.add_argument("--layer", type=positive_int, default=1, help="the layer shown (default: 1)")
+    shot.add_argument("--query", type=int, nargs=2, metavar=("ROW", "COL"), help="the query pixel pointed at")
     return parser
+
+
+def screenshot(page: Path, png: Path, *, layer: int, query: tuple[int, int] | None) -> None:
+    """The page in headless Chromium, the query pointed at with the mouse, saved as a PNG."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        raise UserError("--screenshot needs playwright (pip install playwright) and Chromium") from None
+    browser_path = next(
+        (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None
+    )
+    if browser_path is None:
+        raise UserError("--screenshot needs Chromium (Debian: apt-get install chromium)")
+    flags = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-sync"]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=browser_path, args=flags)
+        view = browser.new_page(viewport={"width": 1280, "height": 900})
+        view.goto(page.resolve().as_uri())
+        view.wait_for_selector("body[data-rendered]", state="attached")
+        layers = view.locator("#layer option").count()
+        if not 1 <= layer <= layers:
+            raise UserError(f"--layer {layer}: the model has {layers} layers")
+        view.select_option("#layer", str(layer - 1))
+        grid = view.evaluate("DATA.grid")
+        row, col = query or (grid // 2, grid // 2)
+        if not (0 <= row < grid and 0 <= col < grid):
+            raise UserError(f"--query {row} {col} is outside the {grid}x{grid} token grid")
+        box = view.locator("#main").bounding_box()
+        view.mouse.move(
+            box["x"] + (col + 0.5) / grid * box["width"], box["y"] + (row + 0.5) / grid * box["height"]
+        )
+        view.wait_for_function(f"document.body.dataset.rendered === '{layer - 1},0,{row},{col}'")
+        atomic_write(png, lambda tmp: tmp.write_bytes(view.screenshot(full_page=True)), what="screenshot")
+        browser.close()
 
 
 def default_out(checkpoint: Path) -> Path:
@@ -88,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     path = write_explorer(out, explorer_data(module.backbone, images, normalized, meta=meta))
     print(f"{path} ({path.stat().st_size / 2**20:.1f} MiB)")
+    if args.screenshot is not None:
+        screenshot(path, args.screenshot, layer=args.layer, query=tuple(args.query) if args.query else None)
+        print(args.screenshot)
     return 0
 
 

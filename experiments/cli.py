@@ -145,6 +145,7 @@ def add_config_flags(
         text = helps.get(name, "")
         shown = " ".join(map(str, default)) if isinstance(default, tuple | list) else default
         text = f"{text} (default: {shown})" if text else f"(default: {shown})"
+        # argparse has no public way to ask whether a parser already has a flag
         if loose and flag(name) in parser._option_string_actions:
             continue
         if hint is bool:

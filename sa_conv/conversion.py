@@ -150,6 +150,8 @@ def conv_to_attention(
         attention,
         dims=dims,
         in_channels=conv.in_channels,
+        # the conv's own F.pad amounts (what its forward pads with; torch keeps them in a private field
+        # only, computed from padding, kernel and dilation, the string forms included)
         padding=tuple(conv._reversed_padding_repeated_twice),
         padding_mode=conv.padding_mode,
         stride=(sy, sx),

@@ -97,7 +97,7 @@ def peak_flops(device: torch.device, precision: str) -> float | None:
     GPUs; None on a CPU or an unknown GPU."""
     if device.type != "cuda":
         return None
-    from lightning_fabric.utilities.throughput import get_available_flops
+    from lightning_fabric.utilities.throughput import get_available_flops  # Lightning's table of GPU peaks
 
     dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision, torch.float32)
     return get_available_flops(device, dtype)

@@ -53,7 +53,7 @@ def peak_memory(fn: Callable[[], Any], module: nn.Module, inputs: Any, device: t
         fn()
         torch.cuda.synchronize()
         return float(torch.cuda.max_memory_allocated() - base)
-    # PyTorch's only tracker of CPU tensor memory (no public one): peak bytes of parameters, activations, grads
+    # PyTorch's only tracker of CPU tensor memory (no public one): the peak of weights, activations, grads
     from torch.distributed._tools.mem_tracker import MemTracker
 
     tracker = MemTracker()

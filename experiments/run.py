@@ -181,9 +181,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         accuracy = f"best val acc {summary['best_val_acc']:.4f} | test acc {summary['test_acc']:.4f}"
+    mfu = f", MFU {summary['mfu']:.1%}" if summary.get("mfu") is not None else ""
     print(
         f"done: {accuracy} | wall {summary['wall_time_s']:.1f} s | {summary['train_images_per_s']:.1f} train "
-        f"images/s ({summary['train_tflops']:.3f} TFLOP/s) | {summary['run_dir']}"
+        f"images/s ({summary['train_tflops']:.3f} TFLOP/s{mfu}) | {summary['run_dir']}"
     )
     return 0
 

@@ -137,6 +137,9 @@ def bench_data(device: torch.device, min_time: float) -> dict[str, Any]:
     }
 
 
+SECTIONS = ("variants", "scaling", "training_step", "model_steps", "data")
+
+
 def print_report(report: dict[str, Any]) -> None:
     print(
         f"hardware: {report['hardware'].get('gpu') or report['hardware']['cpu']} | device {report['device']}"
@@ -144,16 +147,19 @@ def print_report(report: dict[str, Any]) -> None:
     print(f"baseline: {BASELINE}")
     _print_variants(report)
     _print_steps(report)
-    d = report["data"]
-    print(
-        f"data path (batch {d['batch']}): per-batch crop/flip/normalize "
-        f"{d['batched_images_per_s']:,.0f} images/s, "
-        f"per-image transforms.v2 {d['per_image_v2_images_per_s']:,.0f} images/s, {d['speedup']:.1f}x"
-    )
+    d = report.get("data")
+    if d:
+        print(
+            f"data path (batch {d['batch']}): per-batch crop/flip/normalize "
+            f"{d['batched_images_per_s']:,.0f} images/s, "
+            f"per-image transforms.v2 {d['per_image_v2_images_per_s']:,.0f} images/s, {d['speedup']:.1f}x"
+        )
 
 
 def _print_variants(report: dict[str, Any]) -> None:
     s = report["sizes"]
+    if "variants" not in report:
+        return
     print(
         f"\nattention sublayer forward+backward (B={s['batch']}, {s['grid']}x{s['grid']}, dim {s['dim']}, "
         f"{s['heads']} heads, dropout off)"
@@ -169,7 +175,9 @@ def _print_variants(report: dict[str, Any]) -> None:
             f"{r['reference_peak_mb']:9.1f} {r['fast_peak_mb']:9.1f} {r['memory_ratio']:6.2f}"
         )
     print("floor: the output projection Linear(heads * dim, dim) alone, forward + backward")
-    sc = report["scaling"]
+    sc = report.get("scaling")
+    if not sc:
+        return
     print(f"\nquadratic layer, time vs tokens (B={s['scaling_batch']})")
     print(f"{'grid':>6} {'tokens':>7} {'ref ms':>10} {'fast ms':>10} {'speedup':>8}")
     for r in sc["rows"]:
@@ -184,7 +192,15 @@ def _print_variants(report: dict[str, Any]) -> None:
 
 
 def _print_steps(report: dict[str, Any]) -> None:
-    t = report["training_step"]
+    t = report.get("training_step")
+    if t:
+        _print_quadratic_step(t)
+    m = report.get("model_steps")
+    if m:
+        _print_model_steps(m)
+
+
+def _print_quadratic_step(t: dict[str, Any]) -> None:
     off, paper, bf16 = t["dropout_off"], t["paper_dropout"], t["bf16"]
     print(
         f"\ntraining step of the quadratic model (batch {t['batch']}), images/s:\n"
@@ -196,9 +212,9 @@ def _print_steps(report: dict[str, Any]) -> None:
         f"  bf16 autocast against float32 (attention dropout {bf16['attn_dropout']}): {bf16['float32']:.1f} "
         f"-> {bf16['bf16']:.1f}, {bf16['speedup']:.2f}x"
     )
-    m = report.get("model_steps")
-    if not m:
-        return
+
+
+def _print_model_steps(m: dict[str, Any]) -> None:
     print(
         f"\ntraining step of every model at the {m['scale']} scale (batch {m['batch']}), images/s, "
         f"interleaved in one process; the default precision here: {m['default_precision']}"
@@ -228,7 +244,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the preset of the every-model training steps (default: small)",
     )
     parser.add_argument("--step-batch", type=positive_int, default=100, help="their batch (default: 100)")
-    parser.add_argument("--no-model-steps", action="store_true", help="skip the every-model training steps")
+    parser.add_argument(
+        "--sections",
+        nargs="+",
+        default=list(SECTIONS),
+        choices=SECTIONS,
+        help="what to measure (default: everything)",
+    )
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device on this machine")
@@ -242,13 +264,16 @@ def main(argv: list[str] | None = None) -> int:
         "baseline": BASELINE,
         "sizes": {k: v for k, v in scale.__dict__.items() if k not in ("model", "min_time")},
         "hardware": hardware(),
-        "variants": bench_variants(scale, device),
-        "scaling": bench_scaling(scale, device),
-        "training_step": bench_training_step(scale, device),
-        "data": bench_data(device, scale.min_time),
     }
-    if not args.no_model_steps:
-        report["model_steps"] = bench_model_steps(args.models_scale, args.step_batch, device)
+    sections = {
+        "variants": lambda: bench_variants(scale, device),
+        "scaling": lambda: bench_scaling(scale, device),
+        "training_step": lambda: bench_training_step(scale, device),
+        "model_steps": lambda: bench_model_steps(args.models_scale, args.step_batch, device),
+        "data": lambda: bench_data(device, scale.min_time),
+    }
+    for name in args.sections:
+        report[name] = sections[name]()
     print_report(report)
     if args.json:
         write_json(args.json, report)

@@ -120,10 +120,23 @@ def sgd_step(model: nn.Module, batch: int, device: torch.device, precision: str)
     return step
 
 
+def _denormals_kept(step: Callable[[], None]) -> Callable[[], None]:
+    """``step`` with float32 denormals computed as such (the runs flush them to zero on a CPU)."""
+
+    def run() -> None:
+        torch.set_flush_denormal(False)
+        try:
+            step()
+        finally:
+            torch.set_flush_denormal(True)
+
+    return run
+
+
 def bench_model_steps(scale_name: str, batch: int, device: torch.device) -> dict[str, Any]:
-    """The training step of every model at a preset scale in float32 and in bf16-mixed, interleaved in one
-    process, beside which of them ``auto`` picks on this device; achieved GFLOP/s from the counted FLOPs
-    of the trained path."""
+    """The training step of every model at a preset scale in float32 (as the runs compute it, denormals
+    flushed, and plain eager float32), and in bf16-mixed, interleaved in one process, beside which
+    precision ``auto`` picks on this device; achieved GFLOP/s from the counted FLOPs of the trained path."""
     default = resolve_precision("auto", device.type)
     rows = []
     for name in MODELS:
@@ -132,14 +145,17 @@ def bench_model_steps(scale_name: str, batch: int, device: torch.device) -> dict
         model = MODELS[name].build(config).to(device).train()
         flops = counted_flops(model, training=True, batch=batch)
         steps = {p: sgd_step(model, batch, device, p) for p in ("32-true", "bf16-mixed")}
+        steps["eager"] = _denormals_kept(sgd_step(model, batch, device, "32-true"))
         seconds = interleaved(steps, device)
         row = {
             "model": name,
+            "eager_float32_images_per_s": batch / seconds["eager"],
             "float32_images_per_s": batch / seconds["32-true"],
             "bf16_images_per_s": batch / seconds["bf16-mixed"],
             "gflop_per_image": flops / 1e9,
         }
         row["bf16_speedup"] = row["bf16_images_per_s"] / row["float32_images_per_s"]
+        row["flush_speedup"] = row["float32_images_per_s"] / row["eager_float32_images_per_s"]
         fastest = row["bf16_images_per_s"] if default == "bf16-mixed" else row["float32_images_per_s"]
         row["default_gflop_per_s"] = flops * fastest / 1e9
         rows.append(row)

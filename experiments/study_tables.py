@@ -14,7 +14,6 @@ from experiments.presets import preset
 from experiments.studies import PAPER_TABLE, Entry, entry_config
 from sa_conv.analysis import layer_summary
 from sa_conv.flops import analytic_flops
-from sa_conv.machine import hardware
 from sa_conv.run_config import RunConfig
 from sa_conv.stats import mcnemar, paired_bootstrap
 
@@ -69,9 +68,15 @@ def row_of(entry: Entry, seed: int, metrics: dict[str, Any]) -> dict[str, Any]:
         "locality_history": locality_curve(history),
         "epochs_history": metrics.get("history", []),
         "run_dir": metrics["run_dir"],
+        "hardware": _machine(metrics.get("hardware") or {}),
         "test_correct": metrics.get("test_correct"),
         "rechecked": True,
     }
+
+
+def _machine(hw: dict[str, Any]) -> str:
+    """The machine of a run, in words (CPU, cores, GPU)."""
+    return f"{hw.get('cpu', '?')} ({hw.get('cpu_count', '?')} cores), {hw.get('gpu') or 'no GPU'}"
 
 
 def committed_rows(path: Path, table: Sequence[tuple[Entry, int]], scale: str) -> dict[tuple[str, int], Any]:
@@ -97,10 +102,7 @@ def committed_rows(path: Path, table: Sequence[tuple[Entry, int]], scale: str) -
 def markdown(rows: list[dict[str, Any]], args: Any, missing: Sequence[str] = ()) -> str:
     """The results table, the runs not finished, and the per-layer locality table."""
     base = preset("quadratic", args.scale)
-    command = f"python -m experiments.study --scale {args.scale}" + (
-        f" --data-dir {args.data_dir}" if args.data_dir else ""
-    )
-    hw = hardware()
+    command = f"python -m experiments.study --scale {args.scale} --data-dir DIR"
     sa, data = base.model_config, base.data
     budget = (
         f"Budget, the same for every model unless noted: {base.epochs} epochs, batch {data.batch_size}, "
@@ -108,10 +110,8 @@ def markdown(rows: list[dict[str, Any]], args: Any, missing: Sequence[str] = ())
         f"{data.train_subset or 'all'} training images; SA models {sa.layers} layers of width "
         f"{sa.hidden}, {sa.heads} heads. Accuracy on the test split with its binomial standard error."
     )
-    machine = (
-        f"Hardware: {hw['cpu']} ({hw['cpu_count']} cores), {hw.get('gpu') or 'no GPU'}; "
-        "images/s as measured during each run."
-    )
+    machines = sorted({r.get("hardware") or "not recorded (rows marked *)" for r in rows})
+    machine = f"Hardware: {'; '.join(machines) or '-'}; images/s as measured during each run."
     lines = [
         f"# Study at `{args.scale}` scale",
         "",

@@ -31,7 +31,10 @@ from sa_conv.training import train
 _TOP_LEVEL = ("model", "scale", "model_config", *SECTIONS)
 
 PROG = "python -m experiments.run"
-SLOW_HINT = "On a CPU, --scale tiny trains in minutes and --scale small in about 45 minutes per model."
+SLOW_HINT = (
+    "On a 2-core CPU, --scale tiny trains in minutes, --scale small in about an hour per positional model, "
+    "--scale small6 (the paper's 6 layers) in 4 to 9 hours."
+)
 
 
 def _first_stage(argv: list[str]) -> argparse.Namespace:
@@ -92,7 +95,9 @@ def build_parser(base: RunConfig | None) -> ArgumentParser:
         prog=PROG,
         usage=f"{PROG} MODEL [--scale SCALE] [--config FILE] [--print-config] [--resume [PATH]] [options]",
         description=f"Train a model on CIFAR-10. Models: {models}. Scales: {', '.join(SCALES)} (paper = the "
-        "paper's run.sh; small = the CPU scale where heads localize, ~45 min; tiny = minutes, a smoke test). "
+        "paper's run.sh, a GPU scale; small = 2 layers of width 64, the CPU scale where heads localize, about "
+        "an hour per positional model on 2 cores; small6 = the same at the paper's 6 layers, 4 to 5 hours with "
+        "9 heads and 7 to 9 with 16, one thread each beside another run; tiny = minutes, a smoke test). "
         "Name a model before --help to see its options with the preset's values.",
     )
     parser.add_argument("model", nargs="?" if base is not None else None, help=f"one of: {models}")

@@ -95,9 +95,10 @@ def build_parser(base: RunConfig | None) -> ArgumentParser:
         prog=PROG,
         usage=f"{PROG} MODEL [--scale SCALE] [--config FILE] [--print-config] [--resume [PATH]] [options]",
         description=f"Train a model on CIFAR-10. Models: {models}. Scales: {', '.join(SCALES)} (paper = the "
-        "paper's run.sh, a GPU scale; small = 2 layers of width 64, the CPU scale where heads localize, about "
-        "an hour per positional model on 2 cores; small6 = the same at the paper's 6 layers, 4 to 5 hours with "
-        "9 heads and 7 to 9 with 16, one thread each beside another run; tiny = minutes, a smoke test). "
+        "paper's run.sh, a GPU scale; small = 2 layers of width 64, the CPU scale where heads localize, "
+        "about an hour per positional model on 2 cores; small6 = the same at the paper's 6 layers, 4 to 5 "
+        "hours with 9 heads and 7 to 9 with 16, one thread each beside another run; tiny = minutes, a smoke "
+        "test). "
         "Name a model before --help to see its options with the preset's values.",
     )
     parser.add_argument("model", nargs="?" if base is not None else None, help=f"one of: {models}")

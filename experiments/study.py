@@ -94,7 +94,9 @@ def render_figures(metrics: dict[str, Any], prefix: str, args: Any) -> None:
     )
     images, _ = data.evaluation_images(100)
     args.figures.mkdir(parents=True, exist_ok=True)
-    history, lr = metrics.get("locality_history"), lr_schedule_of(ckpt)
+    done = metrics["epochs_completed"] == metrics["config"]["epochs"]  # its last step ends the schedule
+    lr = lr_schedule_of(ckpt, metrics["global_steps"] if done else None)
+    history = metrics.get("locality_history")
     for tag, value in figures_of(backbone, images, history=history, lr=lr, name=prefix):
         if not isinstance(value, float):
             save_png(value, args.figures / f"{prefix}_{tag.split('/', 1)[1]}.png")

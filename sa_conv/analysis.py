@@ -211,11 +211,13 @@ def _history_figures(
     return out
 
 
-def lr_schedule_of(ckpt: dict[str, Any]) -> Callable[[int], float] | None:
-    """The learning rate at each step of the run a checkpoint belongs to (None for checkpoints written
-    before they recorded the schedule's length)."""
-    total = (ckpt.get("schedule") or {}).get("total_steps")
-    optim = ckpt.get("hyper_parameters", {}).get("optim")
+def lr_schedule_of(ckpt: dict[str, Any], total_steps: int | None = None) -> Callable[[int], float] | None:
+    """The learning rate at each step of the run a checkpoint belongs to; checkpoints written before they
+    recorded the schedule's length need ``total_steps`` (a finished run's step count), else None."""
+    total = (ckpt.get("schedule") or {}).get("total_steps") or total_steps
+    hparams = ckpt.get("hyper_parameters", {})
+    legacy = ("lr", "schedule", "warmup", "milestones", "gamma")  # hyper-parameters before OptimConfig
+    optim = hparams.get("optim") or {k: hparams[k] for k in legacy if k in hparams} or None
     if total is None or optim is None:
         return None
     config = OptimConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in optim.items()})

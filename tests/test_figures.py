@@ -403,3 +403,20 @@ def test_locality_by_layer_and_learning_curves_draw_every_run():
     epochs = [{"epoch": 1, "val_acc": 0.3}, {"epoch": 2, "val_acc": 0.5}]
     curves = learning_curves([{"label": "a", "epochs": epochs}, {"label": "b", "epochs": epochs[:1]}])
     assert curves.axes[0].lines[0].get_ydata().tolist() == [30.0, 50.0]
+
+
+def test_the_learning_rate_of_a_checkpoint():
+    from sa_conv.analysis import lr_schedule_of
+    from sa_conv.lit import OptimConfig, lr_factor
+
+    optim = {"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4, "schedule": "warmup-cosine", "warmup": 0.05}
+    optim |= {"milestones": [0.5], "gamma": 0.1}
+    recorded = {"hyper_parameters": {"optim": optim}, "schedule": {"total_steps": 1000}}
+    lr = lr_schedule_of(recorded)
+    expected = OptimConfig(**{**optim, "milestones": (0.5,)})
+    assert [lr(s) for s in (0, 49, 500, 999)] == pytest.approx(
+        [0.1 * lr_factor(s, 1000, expected) for s in (0, 49, 500, 999)]
+    )
+    older = {"hyper_parameters": {"lr": 0.2, "schedule": "multistep", "milestones": [0.5], "gamma": 0.1}}
+    assert lr_schedule_of(older) is None  # no schedule length recorded, none given
+    assert lr_schedule_of(older, 100)(60) == pytest.approx(0.02)  # a finished run's step count

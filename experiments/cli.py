@@ -341,7 +341,6 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=r".*LeafSpec.*")
     warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=r".*litlogger.*|.*litmodels.*")
-    warnings.filterwarnings("ignore", message=r".*flops_per_batch.*")
     warnings.filterwarnings("ignore", message=r".*is smaller than the logging interval.*")
     warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty.*")
     for name in (

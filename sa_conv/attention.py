@@ -36,7 +36,6 @@ returns the output, and ``logits`` / ``probabilities`` say what the heads attend
 
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import Literal
 
@@ -44,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from sa_conv.autocast import autocast_enabled, no_autocast
 from sa_conv.encodings import PositionalEncoding
 from sa_conv.separable import separable_attention_projection
 
@@ -316,18 +316,6 @@ _COMPUTATIONS = {
     "separable": MultiHeadSelfAttention2d._separable,
     "sdpa": MultiHeadSelfAttention2d._sdpa,
 }
-
-
-def autocast_enabled(device: torch.device) -> bool:
-    """Whether autocast is on for ``device`` (devices without autocast, e.g. meta: never)."""
-    return torch.amp.is_autocast_available(device.type) and torch.is_autocast_enabled(device.type)
-
-
-def no_autocast(device: torch.device) -> contextlib.AbstractContextManager:
-    """A block outside autocast on ``device`` (nothing to leave on devices without autocast)."""
-    if torch.amp.is_autocast_available(device.type):
-        return torch.autocast(device.type, enabled=False)
-    return contextlib.nullcontext()
 
 
 def _softmax_dtype(x: Tensor) -> torch.dtype:

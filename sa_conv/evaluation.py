@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytorch_lightning as pl
 import torch
 
+from sa_conv.autocast import autocast_available
 from sa_conv.data import CIFAR10DataModule
 from sa_conv.lit import ImageClassifier
-from sa_conv.precision import autocast_available
 
 __all__ = ["correct_on_test", "evaluate"]
 
@@ -24,13 +24,18 @@ def evaluate(module: ImageClassifier, datamodule: CIFAR10DataModule, split: str 
 
 @torch.no_grad()
 def correct_on_test(
-    backbone: torch.nn.Module, datamodule: CIFAR10DataModule, precision: str = "32-true"
+    backbone: torch.nn.Module,
+    datamodule: CIFAR10DataModule,
+    precision: str = "32-true",
+    device: torch.device | None = None,
 ) -> str:
     """Per test image, whether ``backbone`` classifies it right: a string of 0 and 1 in the test split's
-    order (what a paired test between two models on the same images needs)."""
+    order (what a paired test between two models on the same images needs). ``device``: where to compute
+    (default: where the backbone is); the backbone is moved there."""
     was_training = backbone.training
     backbone.eval()
-    device = next(backbone.parameters()).device
+    device = device or next(backbone.parameters()).device
+    backbone.to(device)
     images, labels = datamodule.evaluation_images(normalized=False)
     bf16 = precision == "bf16-mixed" and autocast_available(device)
     correct = []

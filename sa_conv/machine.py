@@ -91,12 +91,29 @@ def check_devices(accelerator: str, devices: int | str) -> None:
         raise ValueError(f"devices {devices}: this machine has {available} {'GPUs' if gpu else 'CPU cores'}")
 
 
+# dense (no sparsity) tensor-core peaks in FLOP/s, bf16 and TF32, of the GPUs this suite expects, by a
+# part of their CUDA name (more specific first); Lightning's table lists sparse figures for some (H200)
+DENSE_PEAKS: tuple[tuple[str, float, float], ...] = (
+    ("H200", 989.4e12, 494.7e12),
+    ("H100 PCIe", 756.5e12, 378.0e12),
+    ("H100", 989.4e12, 494.7e12),
+    ("A100", 312.0e12, 156.0e12),
+)
+
+
 def peak_flops(device: torch.device, precision: str) -> float | None:
-    """The device's dense matrix-product peak in FLOP/s for ``precision`` (bf16 for ``bf16-mixed``;
-    TF32 or float32 for ``32-true``, as the float32 matmul precision says), from Lightning's table of
-    GPUs; None on a CPU or an unknown GPU."""
+    """The device's dense matrix-product peak in FLOP/s for ``precision`` (bf16 for ``bf16-mixed``, TF32
+    for ``32-true`` when float32 products use it, else float32): our table of dense peaks, then Lightning's
+    table of GPUs; None on a CPU or an unknown GPU."""
     if device.type != "cuda":
         return None
+    name = torch.cuda.get_device_name(device)
+    tf32 = torch.get_float32_matmul_precision() != "highest"
+    for part, bf16, tf32_peak in DENSE_PEAKS:
+        if part in name:
+            if precision in ("bf16-mixed", "16-mixed"):
+                return bf16
+            return tf32_peak if tf32 else None  # plain float32 peaks are not in the table
     from lightning_fabric.utilities.throughput import get_available_flops  # Lightning's table of GPU peaks
 
     dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision, torch.float32)

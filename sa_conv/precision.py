@@ -11,12 +11,7 @@ import torch
 from sa_conv.machine import cpu_has_native_bf16, resolve_precision
 from sa_conv.run_config import RunConfig
 
-__all__ = ["autocast_available", "flush_denormals", "settle_precision", "warn_slow_bf16"]
-
-
-def autocast_available(device: torch.device) -> bool:
-    """Whether autocast exists for ``device``'s type."""
-    return torch.amp.is_autocast_available(device.type)
+__all__ = ["flush_denormals", "settle_precision", "warn_slow_bf16"]
 
 
 def settle_precision(config: RunConfig, accelerator: str, stored: dict[str, Any] | None = None) -> RunConfig:

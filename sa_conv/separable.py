@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from sa_conv.autocast import autocast_dtype
+
 __all__ = ["separable_attention_projection"]
 
 
@@ -50,17 +52,11 @@ def _heads(x: Tensor, row: Tensor, col: Tensor) -> tuple[Tensor, list[Tensor]]:
     return cat.reshape(b * h * w, heads * d), ts
 
 
-def _compute_dtype(x: Tensor) -> torch.dtype:
-    device = x.device.type
-    enabled = torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)
-    return torch.get_autocast_dtype(device) if enabled else x.dtype
-
-
 class _SeparableAttentionProjection(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: Tensor, row: Tensor, col: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         # x (B, H, W, D), row (heads, H, H), col (heads, W, W), weight (O, heads * D), bias (O,)
-        dtype = _compute_dtype(x)
+        dtype = autocast_dtype(x.device, x.dtype)
         b, h, w, _ = x.shape
         xc, rc, cc, wc = (t.to(dtype).contiguous() for t in (x, row, col, weight))
         cat, _ = _heads(xc, rc, cc)  # (B*N, heads * D)

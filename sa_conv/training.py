@@ -129,7 +129,7 @@ def train(
         steps_seconds = callbacks.progress.seconds
         test = _test(trainer, module, datamodule, config, callbacks, run_dir, history)
         if trainer.is_global_zero:  # which test images the reported model gets right (paired tests)
-            test["test_correct"] = correct_on_test(module.backbone, datamodule, config.precision)
+            test["test_correct"] = _test_correct(trainer, callbacks, module, datamodule, config)
         summary = {
             **_summary(trainer, config, datamodule, module, run_dir, flops, wall, rate, steps_seconds),
             **test,
@@ -174,7 +174,6 @@ def _flops(module: ImageClassifier, config: RunConfig) -> dict[str, float]:
     """FLOPs per image of the trained path (forward + backward) and of evaluation (forward)."""
     batch = config.data.batch_size
     train_flops = counted_flops(module.backbone, training=True, batch=batch)
-    module.flops_per_batch = train_flops * batch  # Lightning's name for it (its throughput utilities)
     return {
         "train": train_flops,
         "eval": counted_flops(module.backbone, training=False, passes="forward", batch=batch),
@@ -365,6 +364,20 @@ def _test(
         "test_acc": float(results[0]["test/acc"]) if results else float("nan"),
         "best_val_acc": float(score) if score is not None else float("nan"),
     }
+
+
+def _test_correct(
+    trainer: pl.Trainer,
+    callbacks: _Callbacks,
+    module: ImageClassifier,
+    datamodule: CIFAR10DataModule,
+    config: RunConfig,
+) -> str:
+    """Which test images the reported model (the best checkpoint, under either protocol) gets right,
+    computed on the run's device in its precision (Lightning has moved the module back to the CPU)."""
+    best = callbacks.best.best_model_path
+    backbone = ImageClassifier.from_checkpoint(best).backbone if best else module.backbone
+    return correct_on_test(backbone, datamodule, config.precision, trainer.strategy.root_device)
 
 
 def _summary(

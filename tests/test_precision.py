@@ -82,3 +82,15 @@ def test_the_run_records_its_precision_and_resumes_in_it(tmp_path: Path, monkeyp
     assert main_guard(run.main)([*QUICK, *out, "--resume", str(last)]) == 0
     captured = capsys.readouterr()
     assert "precision bf16-mixed" in captured.out and "no native bf16" in captured.err
+
+
+def test_the_gpus_dense_peak(monkeypatch) -> None:
+    monkeypatch.setattr(machine.torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    cuda = machine.torch.device("cuda")
+    assert machine.peak_flops(cuda, "bf16-mixed") == pytest.approx(989.4e12)  # dense, not Lightning's sparse
+    assert machine.peak_flops(cuda, "32-true") == pytest.approx(
+        494.7e12
+    )  # TF32, the default matmul precision
+    monkeypatch.setattr(machine.torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 PCIe")
+    assert machine.peak_flops(cuda, "bf16-mixed") == pytest.approx(756.5e12)
+    assert machine.peak_flops(machine.torch.device("cpu"), "bf16-mixed") is None

@@ -88,9 +88,12 @@ def test_the_gpus_dense_peak(monkeypatch) -> None:
     monkeypatch.setattr(machine.torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
     cuda = machine.torch.device("cuda")
     assert machine.peak_flops(cuda, "bf16-mixed") == pytest.approx(989.4e12)  # dense, not Lightning's sparse
-    assert machine.peak_flops(cuda, "32-true") == pytest.approx(
-        494.7e12
-    )  # TF32, the default matmul precision
+    monkeypatch.setattr(
+        machine.torch, "get_float32_matmul_precision", lambda: "high"
+    )  # what runs set on CUDA
+    assert machine.peak_flops(cuda, "32-true") == pytest.approx(494.7e12)  # TF32
+    monkeypatch.setattr(machine.torch, "get_float32_matmul_precision", lambda: "highest")  # --no-tf32
+    assert machine.peak_flops(cuda, "32-true") is None
     monkeypatch.setattr(machine.torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 PCIe")
     assert machine.peak_flops(cuda, "bf16-mixed") == pytest.approx(756.5e12)
     assert machine.peak_flops(machine.torch.device("cpu"), "bf16-mixed") is None

@@ -320,19 +320,23 @@ _CHATTER = re.compile(
 )
 
 
+_quiet_hooks: dict[str, Any] = {}  # the thread hook this module installed (installed once)
+
+
 def quiet_disk_full_threads() -> None:
     """A writer thread (TensorBoard's) that finds the disk full stays quiet: the error reaches the main
     thread at the next write, where it becomes one line."""
     from sa_conv.files import is_disk_full
 
     previous = threading.excepthook
+    if previous is _quiet_hooks.get("installed"):
+        return
 
     def hook(args: threading.ExceptHookArgs) -> None:
         if not is_disk_full(args.exc_value):
             previous(args)
 
-    if getattr(threading.excepthook, "__name__", "") != "hook":
-        threading.excepthook = hook
+    threading.excepthook = _quiet_hooks["installed"] = hook
 
 
 def quiet_libraries() -> None:

@@ -45,11 +45,11 @@ print('python', platform.python_version(), '| torch', torch.__version__, '| torc
   echo "== data: ${data[*]}"
   echo "== benchmark (${bench[*]})"
   timeout 270 python3 -m experiments.benchmark --device "$device" "${bench[@]}" --json "$out/benchmark.json" \
-    || { failed=1; echo "(the benchmark failed or ran out of time: exit $?)"; }
+    || { code=$?; failed=1; echo "(the benchmark failed or ran out of time: exit $code)"; }
   echo "== training: the paper quadratic model, the paper's recipe, stopped after $minutes"
   timeout 330 python3 -m experiments.run quadratic --scale "$scale" --protocol paper --accelerator "$accelerator" \
     --max-time "$minutes" --figures-every none --snapshot-minutes 0 --progress lines \
-    --output-dir "$work/runs" "${data[@]}" || { failed=1; echo "(the training run failed: exit $?)"; }
+    --output-dir "$work/runs" "${data[@]}" || { code=$?; failed=1; echo "(the training run failed: exit $code)"; }
   echo "== summary"
   python3 - "$work/runs" "$out/train-metrics.json" <<'PY'
 import json, pathlib, shutil, sys

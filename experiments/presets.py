@@ -3,11 +3,11 @@
 - ``paper``: the paper's run.sh (6 layers, 9 heads, hidden 400, batch 100, 300 epochs; ResNet18: lr / 10
   at epochs 80, 150, 250). Hours per epoch on a CPU: a GPU scale.
 - ``small``: the CPU scale where the paper's phenomenon shows (trained quadratic heads localize): the
-  tiny architecture on every training image for 15 epochs, about 45 minutes per positional model on
-  2 CPU cores. The paper's optimizer, schedule, init and augmentation; attention dropout off (see below).
+  tiny architecture on every training image for 15 epochs, about an hour per positional model on 2 CPU
+  cores. The paper's optimizer, schedule, init and augmentation; attention dropout off (see below).
 - ``small6``: the paper's depth at the ``small`` width: 6 layers of width 64 (FFN 128), 9 heads, the
-  small recipe (every training image, 15 epochs, attention dropout off). Measured in bf16 on 2 cores
-  (Xeon with AMX): ~129 training images/s with 9 heads, ~96 with 16, so 1.5 to 2 hours per run.
+  small recipe (every training image, 15 epochs, attention dropout off). Measured in float32 on 2 cores
+  (Xeon), one thread each beside another run: 4 to 5 hours with 9 heads, 7 to 9 with 16.
 - ``tiny``: minutes on 2 CPU cores, a smoke scale: 10,000 images, 3 epochs.
 
 Both CPU scales turn attention dropout off: a dropped matrix does not factor, so with it training takes the

@@ -24,6 +24,7 @@ from experiments.study_tables import committed_rows, markdown, row_of
 from sa_conv.analysis import figures_of, lr_schedule_of
 from sa_conv.checkpointing import read_checkpoint
 from sa_conv.curves import learning_curves, locality_by_layer
+from sa_conv.data import data_difference
 from sa_conv.evaluation import correct_on_test
 from sa_conv.files import save_png, write_json, write_text
 from sa_conv.lit import ImageClassifier
@@ -61,6 +62,10 @@ def with_test_correct(metrics: dict[str, Any], path: Path, args: Any) -> dict[st
     data = datamodule_for(
         config, data_dir=args.data_dir, synthetic=args.synthetic, synthetic_size=args.synthetic_size
     )
+    trained_on = (metrics.get("data") or {}).get("fingerprint")
+    if trained_on is not None and data_difference(trained_on, data.fingerprint()):
+        print(f"warning: {path.parent} trained on other data: no per-image results from it", file=sys.stderr)
+        return metrics
     metrics["test_correct"] = correct_on_test(module.backbone, data, metrics.get("precision", "32-true"))
     write_json(path, metrics)
     return metrics

@@ -4,7 +4,6 @@ the committed rows it keeps, the Markdown table and the paired comparisons betwe
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,15 +13,11 @@ from experiments.presets import preset
 from experiments.studies import PAPER_TABLE, Entry, entry_config
 from sa_conv.analysis import layer_summary
 from sa_conv.flops import analytic_flops
+from sa_conv.models import SAConfig
 from sa_conv.run_config import RunConfig
-from sa_conv.stats import mcnemar, paired_bootstrap
+from sa_conv.stats import accuracy_stderr, mcnemar, paired_bootstrap
 
-__all__ = ["committed_rows", "comparisons", "flops_of", "markdown", "row_of", "standard_error"]
-
-
-def standard_error(accuracy: float, n: int) -> float:
-    """Binomial standard error of an accuracy measured on ``n`` images."""
-    return math.sqrt(max(accuracy * (1 - accuracy), 0.0) / max(n, 1))
+__all__ = ["committed_rows", "comparisons", "flops_of", "markdown", "row_of"]
 
 
 def flops_of(config: RunConfig) -> dict[str, int]:
@@ -50,13 +45,13 @@ def row_of(entry: Entry, seed: int, metrics: dict[str, Any]) -> dict[str, Any]:
         "note": entry.note,
         "protocol": metrics["protocol"],
         "epochs": metrics["config"]["epochs"],
-        "layers_count": getattr(config.model_config, "layers", None),
-        "heads": getattr(config.model_config, "heads", None),
+        "layers_count": config.model_config.layers if isinstance(config.model_config, SAConfig) else None,
+        "heads": config.model_config.heads if isinstance(config.model_config, SAConfig) else None,
         "precision": metrics.get("precision", "32-true"),
         "params": metrics["params"],
         **flops_of(config),
         "test_acc": metrics["test_acc"],
-        "test_acc_stderr": standard_error(metrics["test_acc"], metrics["n_test_images"]),
+        "test_acc_stderr": accuracy_stderr(metrics["test_acc"], metrics["n_test_images"]),
         "n_test_images": metrics["n_test_images"],
         "best_val_acc": metrics.get("best_val_acc"),
         # the training steps' time over the whole run, resumes included (not the evaluation)

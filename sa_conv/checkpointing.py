@@ -124,14 +124,14 @@ class InterruptCheckpoint(pl.Callback):
 
 
 def rng_states() -> dict[str, Any]:
-    """The global RNG states: torch, CUDA (where there is one), numpy, python."""
+    """The global RNG states: torch, this process's CUDA device (where it is in use), numpy, python."""
     states: dict[str, Any] = {
         "torch": torch.get_rng_state(),
         "numpy": np.random.get_state(),
         "python": random.getstate(),
     }
-    if torch.cuda.is_available():
-        states["torch.cuda"] = torch.cuda.get_rng_state_all()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # this rank's own device
+        states["torch.cuda"] = torch.cuda.get_rng_state()
     return states
 
 
@@ -140,8 +140,11 @@ def set_rng_states(states: dict[str, Any]) -> None:
     torch.set_rng_state(states["torch"])
     np.random.set_state(states["numpy"])
     random.setstate(states["python"])
-    if "torch.cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["torch.cuda"])
+    cuda = states.get("torch.cuda")
+    if cuda is not None and torch.cuda.is_available():
+        # one device's state (every rank of a run has the same: the same seed, the same draws); older
+        # checkpoints hold a list of every device's: this rank's device takes the first
+        torch.cuda.set_rng_state(cuda[0] if isinstance(cuda, list | tuple) else cuda)
 
 
 class ResumableRNG(pl.Callback):

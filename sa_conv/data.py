@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -30,8 +29,15 @@ from typing import Any, Literal
 import pytorch_lightning as pl
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader
 
+from sa_conv.batches import (
+    ResumableBatchSampler,
+    ResumableDataLoader,
+    TensorImages,
+    random_crop_flip,
+    whole_batch,
+)
 from sa_conv.config import config_to_dict, option
 from sa_conv.datasets import (
     CIFAR10_CLASSES,
@@ -73,108 +79,6 @@ def data_difference(stored: dict[str, Any], now: dict[str, Any]) -> str | None:
         was, now_ = stored["sha256"][:12], now["sha256"][:12]
         return f"the same numbers of images, other images or labels (sha256 {was}, now {now_})"
     return None
-
-
-def random_crop_flip(images: Tensor, *, padding: int = 4, generator: torch.Generator | None = None) -> Tensor:
-    """Per-sample random crop (zero padding) and horizontal flip of a batch ``(B, C, H, W)``.
-
-    ``transforms.v2.RandomCrop`` draws one crop per call, i.e. one for the whole batch; this draws one
-    per image with tensor ops, on the batch's device.
-    """
-    b, _, h, w = images.shape
-    device = images.device
-    draw = generator.device if generator is not None else device  # random numbers where the generator lives
-    padded = torch.nn.functional.pad(images, (padding,) * 4)  # (B, C, H + 2p, W + 2p)
-    oy = torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=draw).to(device)
-    ox = torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=draw).to(device)
-    flip = (torch.rand(b, generator=generator, device=draw) < 0.5).to(device)
-    rows = oy[:, None] + torch.arange(h, device=device)  # (B, H)
-    cols = ox[:, None] + torch.arange(w, device=device)  # (B, W)
-    cols = torch.where(flip[:, None], cols.flip(-1), cols)  # mirrored column order
-    batch = torch.arange(b, device=device)[:, None, None]
-    out = padded.permute(0, 2, 3, 1)[batch, rows[:, :, None], cols[:, None, :]]  # (B, H, W, C)
-    return out.permute(0, 3, 1, 2).contiguous()
-
-
-class TensorImages(Dataset):
-    """uint8 images ``(N, 3, H, W)`` and labels ``(N,)``, fetched a whole batch at a time."""
-
-    def __init__(self, images: Tensor, labels: Tensor) -> None:
-        self.images, self.labels = images, labels
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
-        return self.images[index], self.labels[index]
-
-    def __getitems__(self, indices: Sequence[int]) -> tuple[Tensor, Tensor]:
-        idx = torch.as_tensor(indices)
-        return self.images[idx], self.labels[idx]
-
-
-class ResumableBatchSampler(Sampler[list[int]]):
-    """Batches of indices: a permutation drawn from (seed, epoch), this rank's share of it, resumable.
-
-    Kept instead of ``DistributedSampler``: that one pads every rank's share with repeated images, so a
-    DDP test pass would count some test images twice; and it cannot restart mid-epoch.
-
-    ``consumed`` counts the batches that training actually used (the data module advances it when a
-    batch reaches the device, not when the loader prefetches it), so a checkpoint taken mid-epoch
-    resumes exactly at the next unseen batch. Each rank of a distributed run takes every
-    ``world_size``-th index: no padding, no duplicates.
-    """
-
-    def __init__(
-        self, n: int, batch_size: int, *, shuffle: bool, seed: int = 0, rank: int = 0, world_size: int = 1
-    ) -> None:
-        self.n, self.batch_size, self.shuffle, self.seed = n, batch_size, shuffle, seed
-        self.rank, self.world_size = rank, world_size
-        self.epoch, self.consumed = 0, 0
-        self.sampler = self  # Lightning calls ``loader.batch_sampler.sampler.set_epoch`` each epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        """Called by Lightning at each epoch start; a new epoch starts from its first batch."""
-        if epoch != self.epoch:
-            self.epoch, self.consumed = epoch, 0
-
-    def _batches(self) -> list[Tensor]:
-        if self.shuffle:
-            order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch))
-        else:
-            order = torch.arange(self.n)
-        return list(order[self.rank :: self.world_size].split(self.batch_size))
-
-    def __iter__(self) -> Iterator[list[int]]:
-        # a generator: the order is drawn at the first batch, after Lightning's set_epoch (Lightning may
-        # create the iterator before, e.g. when it resumes from an epoch-end checkpoint)
-        if self.consumed >= len(self):  # the last epoch ran to its end: this is the next one
-            self.epoch, self.consumed = self.epoch + 1, 0
-        yield from (batch.tolist() for batch in self._batches()[self.consumed :])
-
-    def __len__(self) -> int:
-        return math.ceil(len(range(self.rank, self.n, self.world_size)) / self.batch_size)
-
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "consumed": self.consumed}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch, self.consumed = state["epoch"], state["consumed"]
-
-
-class ResumableDataLoader(DataLoader):
-    """A DataLoader whose position Lightning saves in checkpoints (``state_dict``/``load_state_dict``)."""
-
-    def state_dict(self) -> dict[str, int]:
-        return self.batch_sampler.state_dict()
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.batch_sampler.load_state_dict(state)
-
-
-def _whole_batch(batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
-    """collate_fn for ``TensorImages.__getitems__``: the batch is already stacked."""
-    return batch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -301,15 +205,25 @@ class CIFAR10DataModule(pl.LightningDataModule):
         )
         # a generator of its own: creating an iterator would otherwise draw from the global RNG, between the
         # epoch-end checkpoint and the next step, and a resumed run's dropout would be one draw behind
+        # pinned host memory on CUDA: the copy to the device is then asynchronous (no host sync per step)
+        pinned = trainer is not None and trainer.strategy.root_device.type == "cuda"
         return ResumableDataLoader(
-            dataset, batch_sampler=sampler, collate_fn=_whole_batch, generator=torch.Generator()
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=whole_batch,
+            generator=torch.Generator(),
+            pin_memory=pinned,
         )
 
-    def train_batches(self, world_size: int = 1) -> int:
-        """Training batches of one epoch on each of ``world_size`` ranks (what the loader yields)."""
+    def train_batches(self, world_size: int = 1, limit: int | float | None = None) -> int:
+        """Training batches of one epoch on each of ``world_size`` ranks (what the loader yields), cut
+        as Lightning cuts them by ``limit_train_batches`` (a count, or a fraction of the epoch)."""
         self.setup()
         per_rank = math.ceil(len(self.train_set) / world_size)
-        return math.ceil(per_rank / self.config.batch_size)
+        batches = math.ceil(per_rank / self.config.batch_size)
+        if isinstance(limit, int):
+            return min(batches, limit)
+        return max(1, int(batches * limit)) if isinstance(limit, float) else batches
 
     def train_dataloader(self) -> DataLoader:
         loader = self._loader(self.train_set, train=True)

@@ -8,7 +8,8 @@ Optional capabilities are declared on the class, and the attention layer asks fo
 ``hasattr``): ``separable`` (``axis_logits``: a row term plus a column term), ``query_dependent``
 (``query_logits``: a term that reads the query's features), ``key_dependent`` (``key_logits``), and
 ``weight_decay`` (False: the paper's code exempts the parameters from weight decay). A new encoding is
-one class here plus one line in ``ENCODINGS``.
+one class here plus one line in ``ENCODINGS`` (the four encodings and their registry: about 400 lines,
+kept together so that they read side by side).
 """
 
 from __future__ import annotations

@@ -73,10 +73,8 @@ def _extra_formulas() -> dict[Any, Any]:
         _aten.baddbmm_: _already_wrapped(registry[_aten.baddbmm]),
         _aten.convolution_backward: _conv_backward,
     }
-    cpu_flash = getattr(_aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    if cpu_flash is not None:
-        extra[cpu_flash] = _sdpa_cpu
-        extra[_aten._scaled_dot_product_flash_attention_for_cpu_backward] = _sdpa_cpu_backward
+    extra[_aten._scaled_dot_product_flash_attention_for_cpu] = _sdpa_cpu
+    extra[_aten._scaled_dot_product_flash_attention_for_cpu_backward] = _sdpa_cpu_backward
     return extra
 
 

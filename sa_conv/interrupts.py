@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,7 @@ class RankRecord(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if trainer.world_size > 1:
             self.folder.mkdir(parents=True, exist_ok=True)
-            self.path(trainer.global_rank).write_text(str(os.getpid()))
+            self.path(trainer.global_rank).write_text(f"{socket.gethostname()} {os.getpid()}")
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.path(trainer.global_rank).unlink(missing_ok=True)
@@ -95,14 +96,15 @@ def _gone(pid: int) -> bool:
 
 
 def lost_ranks(record: RankRecord, world_size: int, me: int) -> list[int]:
-    """The other ranks whose process is gone (their recorded process id no longer runs on this machine)."""
+    """The other ranks of this machine whose process is gone (ranks on other nodes cannot be told)."""
     gone = []
     for rank in range(world_size):
         path = record.path(rank)
         if rank == me or not path.is_file():
             continue
         try:
-            if _gone(int(path.read_text())):
+            host, pid = path.read_text().split()
+            if host == socket.gethostname() and _gone(int(pid)):
                 gone.append(rank)
         except (ValueError, OSError):
             continue

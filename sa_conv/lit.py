@@ -124,8 +124,9 @@ class ImageClassifier(pl.LightningModule):
         self.val_acc = MulticlassAccuracy(classes, average="micro")
         self.test_acc = MulticlassAccuracy(classes, average="micro")
         self.total_steps_planned: int | None = None  # the schedule's length, once the optimizer is set up
-        # (step, loss) of the first non-finite training loss; step -1: none yet
-        self.register_buffer("_nonfinite", torch.tensor([-1.0, 0.0]), persistent=False)
+        # (step, loss) of the first non-finite training loss of this rank; step -1: none yet (not a buffer:
+        # DDP would copy rank 0's over the others' at every forward)
+        self._nonfinite: Tensor | None = None
 
     def forward(self, images: Tensor) -> Tensor:
         return self.backbone(images)
@@ -171,6 +172,8 @@ class ImageClassifier(pl.LightningModule):
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         loss = self._step(batch, "train", "train")
         # the first non-finite loss and its step, kept on the device: no host sync in the step
+        if self._nonfinite is None or self._nonfinite.device != loss.device:
+            self._nonfinite = torch.tensor([-1.0, 0.0], device=loss.device)
         first = (self._nonfinite[0] < 0) & ~torch.isfinite(loss.detach())
         record = torch.stack([torch.full_like(self._nonfinite[0], self.global_step), loss.detach().float()])
         self._nonfinite.copy_(torch.where(first, record, self._nonfinite))
@@ -181,6 +184,8 @@ class ImageClassifier(pl.LightningModule):
     def check_finite(self) -> None:
         """``FloatingPointError`` naming the step where the training loss first became NaN or inf
         (a host sync: every ``FINITE_CHECK_EVERY`` steps, at epoch ends and before any checkpoint)."""
+        if self._nonfinite is None:
+            return
         step, value = self._nonfinite.tolist()
         if step >= 0:
             raise FloatingPointError(f"training loss became {value} at step {int(step)}")
@@ -220,9 +225,7 @@ class ImageClassifier(pl.LightningModule):
         datamodule = trainer.datamodule
         if not isinstance(datamodule, CIFAR10DataModule):
             return int(trainer.estimated_stepping_batches)
-        batches = datamodule.train_batches(trainer.world_size)
-        limit = trainer.limit_train_batches
-        batches = min(batches, limit) if isinstance(limit, int) else int(batches * limit)
+        batches = datamodule.train_batches(trainer.world_size, trainer.limit_train_batches)
         epochs = (
             trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs >= 0 else math.inf
         )

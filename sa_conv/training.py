@@ -3,11 +3,13 @@
 ``train(config, datamodule=..., options=...)`` writes ``<output_dir>/<model>/version_N/``: ``config.yaml``
 (the resolved ``RunConfig``, reusable to repeat the run), TensorBoard events, ``checkpoints/`` and
 ``metrics.json``. It reads top to bottom in named steps: settle the precision and build the module,
-then the callbacks, the trainer, fit, test, and the summary.
+then the callbacks, the trainer, fit, test, and the summary. (About 430 lines: the steps stay in one
+module so that the run reads in one place, in order.)
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -111,12 +113,9 @@ def train(
         pl.seed_everything(config.seed, workers=True, verbose=False)
         module = module if module is not None else module_for(config)
         flops = _flops(module, config)
-        logger = TensorBoardLogger(
-            save_dir=str(options.output_dir),
-            name=config.model,
-            version=resume.version if resume else None,
-            default_hp_metric=False,
-        )
+        if options.compile:  # on every rank; in place: parameter names (and checkpoints) stay the same
+            module.backbone.compile()
+        logger = _logger(config, options, resume)
         run_dir = Path(logger.log_dir)
         callbacks = _callbacks(config, options, run_dir, datamodule, module, slow_hint)
         trainer = _trainer(config, options, logger, callbacks, run_dir)
@@ -191,7 +190,8 @@ def _callbacks(
     """Checkpoints (best, last, snapshots, interrupt), progress, RNG and config records, attention record."""
     ckpt_dir = run_dir / "checkpoints"
     eval_name = module.hparams.val_name
-    steps = _steps_per_epoch(config, datamodule, options)
+    world_size = options.devices if isinstance(options.devices, int) else 1
+    steps = datamodule.train_batches(world_size, config.limit_train_batches)
     # at epoch ends after every epoch-end hook has run (save_on_train_epoch_end): they resume exactly
     best = ModelCheckpoint(
         dirpath=ckpt_dir,
@@ -227,16 +227,6 @@ def _latest(folder: Path, name: str, **when: Any) -> ModelCheckpoint:
     return ModelCheckpoint(dirpath=folder, filename=name, enable_version_counter=False, **when)
 
 
-def _steps_per_epoch(config: RunConfig, datamodule: CIFAR10DataModule, options: RunOptions) -> int:
-    """Training steps of one epoch, as the run's limit leaves them."""
-    world_size = options.devices if isinstance(options.devices, int) else 1
-    steps = datamodule.train_batches(world_size)
-    limit = config.limit_train_batches
-    if isinstance(limit, int):
-        return min(steps, limit)
-    return max(1, int(steps * limit)) if isinstance(limit, float) else steps
-
-
 def _trainer(
     config: RunConfig, options: RunOptions, logger: TensorBoardLogger, callbacks: _Callbacks, run_dir: Path
 ) -> pl.Trainer:
@@ -261,9 +251,27 @@ def _trainer(
     )
 
 
+def _logger(config: RunConfig, options: RunOptions, resume: Resume | None) -> TensorBoardLogger:
+    """The run's TensorBoard logger, whose version names the run folder: the ranks a DDP run launches
+    are told rank 0's (else each would take the next free version for itself)."""
+    version = resume.version if resume else None
+    if os.environ.get("LOCAL_RANK", "0") != "0" and _VERSION in os.environ:
+        version = int(os.environ[_VERSION])
+    logger = TensorBoardLogger(
+        save_dir=str(options.output_dir), name=config.model, version=version, default_hp_metric=False
+    )
+    os.environ[_VERSION] = str(logger.version)  # read only by the ranks this process starts
+    return logger
+
+
+_VERSION = "SA_CONV_RUN_VERSION"
+
+
 def _strategy(options: RunOptions) -> str | DDPStrategy:
-    """Lightning's strategy; DDP with the run's timeout, so that a dead rank ends the others in time."""
+    """Lightning's strategy; DDP with the run's timeout, so that a dead rank ends the others in time (with
+    NCCL, a failed collective raises in Python instead of aborting the process: not yet tried on GPUs)."""
     if options.strategy == "ddp":
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")  # abort the communicators, raise
         return DDPStrategy(timeout=timedelta(minutes=options.ddp_timeout))
     return options.strategy
 
@@ -290,8 +298,6 @@ def _announce(
     )
     if resume is not None:
         print(f"resuming from {resume.path}")
-    if options.compile:
-        module.backbone.compile()  # in place: parameter names (and checkpoints) stay the same
 
 
 def _fit(

@@ -10,7 +10,8 @@ import pytest
 
 from experiments import study
 from experiments.studies import Entry
-from experiments.study_tables import flops_of, standard_error
+from experiments.study_tables import flops_of
+from sa_conv.stats import accuracy_stderr as standard_error
 
 
 def test_standard_error_is_binomial() -> None:

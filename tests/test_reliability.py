@@ -552,7 +552,7 @@ def test_a_dead_ddp_rank_ends_the_other_with_one_line_and_the_run_resumes_exactl
         time.sleep(0.05)
     time.sleep(1.0)  # mid-epoch, past a step checkpoint
     pid_file = next((out / ".ranks").glob("*-rank1.pid"))
-    os.kill(int(pid_file.read_text()), signal.SIGKILL)  # rank 1 dies (the OOM killer, a lost node)
+    os.kill(int(pid_file.read_text().split()[1]), signal.SIGKILL)  # rank 1 dies (the OOM killer, a lost node)
     start = time.monotonic()
     code = killed.wait(timeout=300)
     err = killed.stderr.read().decode()

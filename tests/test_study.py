@@ -35,7 +35,7 @@ def test_report_trains_nothing_and_lists_every_unfinished_run(tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_a_finished_run_is_read_back_not_retrained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    quick = {"epochs": 1, "train_subset": None, "val_size": 16, "batch_size": 16}
+    quick = {"epochs": 1, "data": {"train_subset": None, "val_size": 16, "batch_size": 16}}
     one = (Entry("quadratic", "quadratic", (0,), quick),)
     monkeypatch.setitem(study.STUDIES, "tiny", one)
     out = tmp_path / "results"
@@ -47,7 +47,7 @@ def test_a_finished_run_is_read_back_not_retrained(tmp_path: Path, monkeypatch: 
     row = rows[0]
     assert row["test_acc_stderr"] == pytest.approx(standard_error(row["test_acc"], row["n_test_images"]))
     assert len(row["layers"]) == 2  # the locality of both layers
-    assert (tmp_path / "figures" / "tiny_quadratic_centres.png").stat().st_size > 0
+    assert (tmp_path / "figures" / "tiny_quadratic-seed0_centres.png").stat().st_size > 0
     versions = sorted((out / "runs" / "tiny" / "quadratic-seed0" / "quadratic").glob("version_*"))
     assert len(versions) == 1
     written = (versions[0] / "metrics.json").stat().st_mtime_ns

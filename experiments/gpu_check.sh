@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check, sized for a 15-minute lease (about 7 minutes on one H200), on a bare machine: python3
+# The GPU check, about 7 minutes on one H200, on a bare machine: python3
 # with torch, torchvision, pytorch-lightning, torchmetrics, matplotlib, tensorboard and pyyaml; no pip,
 # no network. It prints (and writes to OUT_DIR/gpu-check.log, the whole log, unfiltered):
 #   1. the machine: GPU, driver, library versions;

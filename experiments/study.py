@@ -21,7 +21,7 @@ from experiments.cli import DEFAULT_DATA_DIR, ArgumentParser, UserError, check_d
 from experiments.presets import SCALES
 from experiments.studies import STUDIES, Entry, entry_config
 from experiments.study_tables import committed_rows, markdown, row_of
-from sa_conv.analysis import figures_of, lr_schedule_of
+from sa_conv.analysis import figures_of, history_of, layer_summary, lr_schedule_of
 from sa_conv.checkpointing import read_checkpoint
 from sa_conv.curves import learning_curves, locality_by_layer
 from sa_conv.data import data_difference
@@ -89,22 +89,68 @@ def run_entry(entry: Entry, seed: int, args: Any) -> dict[str, Any]:
 
 def render_figures(metrics: dict[str, Any], prefix: str, args: Any) -> None:
     """Every attention figure of a finished run, from its last checkpoint and its own locality history."""
-    ckpt = read_checkpoint(Path(metrics["run_dir"]) / "checkpoints" / "last.ckpt")
+    done = metrics["epochs_completed"] == metrics["config"]["epochs"]  # its last step ends the schedule
+    draw_figures(
+        Path(metrics["run_dir"]) / "checkpoints" / "last.ckpt",
+        metrics["config"],
+        prefix,
+        args,
+        history=metrics.get("locality_history"),
+        total_steps=metrics["global_steps"] if done else None,
+    )
+
+
+def draw_figures(
+    path: Path,
+    config: dict[str, Any],
+    prefix: str,
+    args: Any,
+    *,
+    history: list[dict[str, Any]] | None,
+    total_steps: int | None = None,
+    title: str | None = None,
+) -> None:
+    """The attention figures of one checkpoint, written as ``<figures>/<prefix>_<figure>.png``."""
+    ckpt = read_checkpoint(path)
     backbone = ImageClassifier.from_checkpoint(ckpt).backbone.eval()
     data = datamodule_for(
-        RunConfig.from_dict(metrics["config"]),
+        RunConfig.from_dict(config),
         data_dir=args.data_dir,
         synthetic=args.synthetic,
         synthetic_size=args.synthetic_size,
     )
     images, _ = data.evaluation_images(100)
     args.figures.mkdir(parents=True, exist_ok=True)
-    done = metrics["epochs_completed"] == metrics["config"]["epochs"]  # its last step ends the schedule
-    lr = lr_schedule_of(ckpt, metrics["global_steps"] if done else None)
-    history = metrics.get("locality_history")
-    for tag, value in figures_of(backbone, images, history=history, lr=lr, name=prefix):
+    lr = lr_schedule_of(ckpt, total_steps)
+    for tag, value in figures_of(backbone, images, history=history, lr=lr, name=title or prefix):
         if not isinstance(value, float):
             save_png(value, args.figures / f"{prefix}_{tag.split('/', 1)[1]}.png")
+
+
+def in_progress(entry: Entry, seed: int, args: Any) -> dict[str, Any] | None:
+    """An unfinished run at its newest checkpoint (epochs done, validation accuracy, the locality of its
+    last snapshot), or None when it has none: a state of training, not a result."""
+    config = entry_config(entry, args.scale, seed)
+    resume = find_resume("auto", run_root(entry, seed, args), config, warn=lambda _: None)
+    if resume is None:
+        return None
+    ckpt = read_checkpoint(resume.path)
+    progress = (ckpt.get("callbacks") or {}).get("TrainingProgress") or {}
+    epochs = progress.get("history") or []
+    snapshots = history_of(ckpt) or []
+    return {
+        "name": entry.name,
+        "seed": seed,
+        "checkpoint": str(resume.path),
+        "config": config.to_dict(),
+        "step": ckpt["global_step"],
+        "epochs_completed": len(epochs),
+        "epochs": config.epochs,
+        "val_acc": epochs[-1]["val_acc"] if epochs else None,
+        "snapshot_step": snapshots[-1]["step"] if snapshots else None,
+        "layers": layer_summary(snapshots[-1]) if snapshots else [],
+        "locality_history": snapshots,
+    }
 
 
 # the studies drawn together in the scale figures: a scale's runs and, beside them, its relatives'
@@ -182,11 +228,25 @@ def main(argv: list[str] | None = None) -> int:
         rows = [results[(e.name, s)] for e, s in table if (e.name, s) in results]
         missing = [label(e, s) for e, s in table if (e.name, s) not in results]
         write_json(args.out / f"{args.scale}.json", rows)
-        write_text(args.out / f"{args.scale}.md", markdown(rows, args, missing))
+        write_text(args.out / f"{args.scale}.md", markdown(rows, args, missing, list(unfinished.values())))
+
+    unfinished: dict[tuple[str, int], dict[str, Any]] = {}  # the report's view of runs still training
 
     for entry, seed in order:
         metrics = finished(entry, seed, args) if args.report else run_entry(entry, seed, args)
         if metrics is None:
+            if args.report and (state := in_progress(entry, seed, args)) is not None:
+                unfinished[(entry.name, seed)] = state
+                if not args.no_figures and state["layers"]:
+                    at = f"epoch {state['epochs_completed']} of {state['epochs']}, unfinished"
+                    draw_figures(
+                        Path(state["checkpoint"]),
+                        state["config"],
+                        f"{args.scale}_{entry.name}-seed{seed}",
+                        args,
+                        history=state["locality_history"],
+                        title=f"{args.scale}_{entry.name}-seed{seed} ({at})",
+                    )
             continue
         results[(entry.name, seed)] = row_of(entry, seed, metrics)
         if not args.no_figures and "layers" in metrics:

@@ -94,8 +94,14 @@ def committed_rows(path: Path, table: Sequence[tuple[Entry, int]], scale: str) -
     return kept
 
 
-def markdown(rows: list[dict[str, Any]], args: Any, missing: Sequence[str] = ()) -> str:
-    """The results table, the runs not finished, and the per-layer locality table."""
+def markdown(
+    rows: list[dict[str, Any]],
+    args: Any,
+    missing: Sequence[str] = (),
+    unfinished: Sequence[dict[str, Any]] = (),
+) -> str:
+    """The results table, the runs not finished (and where the unfinished ones stand), and the
+    per-layer locality table."""
     base = preset("quadratic", args.scale)
     command = f"python -m experiments.study --scale {args.scale} --data-dir DIR"
     sa, data = base.model_config, base.data
@@ -137,7 +143,25 @@ def markdown(rows: list[dict[str, Any]], args: Any, missing: Sequence[str] = ())
         )
     if missing:
         lines += ["", "Not finished (no result yet): " + ", ".join(missing) + "."]
+    if unfinished:
+        lines += [
+            "",
+            "Where the unfinished runs stand at their newest checkpoint (training states, not results):",
+            "",
+        ]
+        lines += [progress_line(u) for u in unfinished]
     return "\n".join([*lines, *locality_lines(rows), *comparisons(rows)]) + "\n"
+
+
+def progress_line(state: dict[str, Any]) -> str:
+    """Where one unfinished run stands: its step, epochs, last validation accuracy, locality per layer."""
+    done, total = state["epochs_completed"], state["epochs"]
+    line = f"- {state['name']} seed {state['seed']}: step {state['step']}, {done} of {total} epochs done"
+    if state["val_acc"] is not None:
+        line += f"; validation accuracy {100 * state['val_acc']:.1f}% after epoch {done}"
+    if state["layers"]:
+        line += f"; locality at step {state['snapshot_step']}: " + "; ".join(locality_cells(state["layers"]))
+    return line
 
 
 def locality_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -150,16 +174,21 @@ def locality_lines(rows: list[dict[str, Any]]) -> list[str]:
         "",
     ]
     for r in rows:
-        cells = []
-        for i, layer in enumerate(r["layers"]):
-            alpha = f", alpha {layer['median_alpha']:.2f}" if "median_alpha" in layer else ""
-            taps = layer.get("sharp_distinct_taps")
-            distinct = f" on {taps} distinct taps" if taps is not None else ""
-            sharp = f"{layer['sharp_heads']}/{layer['heads']} sharp{distinct}"
-            cells.append(f"layer {i + 1}: {layer['mean_distance']:.2f} px, {sharp}{alpha}")
-        if cells:
+        if cells := locality_cells(r["layers"]):
             lines.append(f"- {r['name']} seed {r['seed']}: " + "; ".join(cells))
     return lines
+
+
+def locality_cells(layers: list[dict[str, Any]]) -> list[str]:
+    """One phrase per layer: mean distance, sharp heads on their distinct taps, median alpha."""
+    cells = []
+    for i, layer in enumerate(layers):
+        alpha = f", alpha {layer['median_alpha']:.2f}" if "median_alpha" in layer else ""
+        taps = layer.get("sharp_distinct_taps")
+        distinct = f" on {taps} distinct taps" if taps is not None else ""
+        sharp = f"{layer['sharp_heads']}/{layer['heads']} sharp{distinct}"
+        cells.append(f"layer {i + 1}: {layer['mean_distance']:.2f} px, {sharp}{alpha}")
+    return cells
 
 
 def comparisons(rows: list[dict[str, Any]], alpha: float = 0.05) -> list[str]:

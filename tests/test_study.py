@@ -61,6 +61,22 @@ def test_a_finished_run_is_read_back_not_retrained(tmp_path: Path, monkeypatch: 
     assert json.loads((out / "tiny.json").read_text()) == rows
     assert "Not finished" not in (out / "tiny.md").read_text()
 
+    # a run without its metrics.json is unfinished: the report says where it stands, and draws it
+    (versions[0] / "metrics.json").unlink()
+    (out / "tiny.json").unlink()
+    for png in (tmp_path / "figures").glob("*.png"):
+        png.unlink()
+    assert study.main([*argv, "--report"]) == 0
+    text = (out / "tiny.md").read_text()
+    assert "Not finished (no result yet): quadratic seed 0." in text
+    steps = row["epochs_history"][-1]["step"]
+    line = next(line for line in text.splitlines() if line.startswith("- quadratic seed 0: step"))
+    assert line.startswith(f"- quadratic seed 0: step {steps}, 1 of 1 epochs done; validation accuracy ")
+    layer = row["layers"][0]
+    assert f"layer 1: {layer['mean_distance']:.2f} px, {layer['sharp_heads']}/{layer['heads']} sharp" in line
+    assert json.loads((out / "tiny.json").read_text()) == []
+    assert (tmp_path / "figures" / "tiny_quadratic-seed0_centres.png").stat().st_size > 0
+
 
 @pytest.mark.parametrize("report", [True, False], ids=["report", "train"])
 def test_an_only_run_keeps_the_other_entries_finished_rows(

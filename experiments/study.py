@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -157,9 +158,10 @@ def in_progress(entry: Entry, seed: int, args: Any) -> dict[str, Any] | None:
 RELATED_SCALES = {"small": ("small", "small6"), "small6": ("small6", "small")}
 
 
-def scale_figures(args: Any) -> list[Path]:
+def scale_figures(args: Any, unfinished: Sequence[dict[str, Any]] = ()) -> list[Path]:
     """The figures across a scale's runs (and its related scales'), from the committed tables: locality
-    layer by layer of every attention run, and the learning curves of every run that recorded them."""
+    layer by layer of every attention run, and the learning curves of every run that recorded them; the
+    scale's unfinished runs beside them, labelled with the epoch they stand at."""
     rows = []
     for scale in RELATED_SCALES.get(args.scale, (args.scale,)):
         path = args.out / f"{scale}.json"
@@ -171,6 +173,9 @@ def scale_figures(args: Any) -> list[Path]:
         return f"{r['name']} s{r['seed']} ({scale}, {len(r['layers']) or '-'} layers)"
 
     attention = [{"label": label(sc, r), "layers": r["layers"]} for sc, r in rows if r.get("layers")]
+    for u in (u for u in unfinished if u["layers"]):
+        at = f"epoch {u['epochs_completed']}/{u['epochs']}, unfinished"
+        attention.append({"label": f"{u['name']} s{u['seed']} ({args.scale}, {at})", "layers": u["layers"]})
     if attention:
         path = args.figures / f"{args.scale}_locality_by_layer.png"
         save_png(
@@ -254,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         write()
     write()
     if not args.no_figures:
-        scale_figures(args)
+        scale_figures(args, list(unfinished.values()))
     print((args.out / f"{args.scale}.md").read_text())
     return 0
 

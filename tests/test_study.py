@@ -76,7 +76,7 @@ def test_a_finished_run_is_read_back_not_retrained(tmp_path: Path, monkeypatch: 
     assert f"layer 1: {layer['mean_distance']:.2f} px, {layer['sharp_heads']}/{layer['heads']} sharp" in line
     assert json.loads((out / "tiny.json").read_text()) == []
     assert (tmp_path / "figures" / "tiny_quadratic-seed0_centres.png").stat().st_size > 0
-    assert (tmp_path / "figures" / "tiny_locality_by_layer.png").stat().st_size > 0  # the unfinished run alone
+    assert (tmp_path / "figures" / "tiny_locality_by_layer.png").stat().st_size > 0  # unfinished runs drawn
 
 
 @pytest.mark.parametrize("report", [True, False], ids=["report", "train"])

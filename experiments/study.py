@@ -8,6 +8,11 @@ Writes ``<out>/<scale>.md`` and ``<out>/<scale>.json`` after every run; runs liv
 unfinished one resumes from its newest checkpoint, so a killed study continues where it was. A row of
 the committed ``<scale>.json`` whose run is not here (another machine's, an earlier clone's) is kept,
 marked as not re-checked: the tables never lose results they cannot rebuild.
+
+``--report`` trains nothing: it reads the finished runs back and, for every run without a result, says
+where it stands at its newest checkpoint (step, epochs, accuracy, locality per layer) and draws that
+checkpoint's figures under the run's figure names, their titles marked "unfinished" (a finished run
+replaces them).
 """
 
 from __future__ import annotations
@@ -92,7 +97,7 @@ def render_figures(metrics: dict[str, Any], prefix: str, args: Any) -> None:
     """Every attention figure of a finished run, from its last checkpoint and its own locality history."""
     done = metrics["epochs_completed"] == metrics["config"]["epochs"]  # its last step ends the schedule
     draw_figures(
-        Path(metrics["run_dir"]) / "checkpoints" / "last.ckpt",
+        read_checkpoint(Path(metrics["run_dir"]) / "checkpoints" / "last.ckpt"),
         metrics["config"],
         prefix,
         args,
@@ -102,7 +107,7 @@ def render_figures(metrics: dict[str, Any], prefix: str, args: Any) -> None:
 
 
 def draw_figures(
-    path: Path,
+    ckpt: dict[str, Any],
     config: dict[str, Any],
     prefix: str,
     args: Any,
@@ -111,8 +116,7 @@ def draw_figures(
     total_steps: int | None = None,
     title: str | None = None,
 ) -> None:
-    """The attention figures of one checkpoint, written as ``<figures>/<prefix>_<figure>.png``."""
-    ckpt = read_checkpoint(path)
+    """The attention figures of one (loaded) checkpoint, written as ``<figures>/<prefix>_<figure>.png``."""
     backbone = ImageClassifier.from_checkpoint(ckpt).backbone.eval()
     data = datamodule_for(
         RunConfig.from_dict(config),
@@ -128,18 +132,21 @@ def draw_figures(
             save_png(value, args.figures / f"{prefix}_{tag.split('/', 1)[1]}.png")
 
 
-def in_progress(entry: Entry, seed: int, args: Any) -> dict[str, Any] | None:
-    """An unfinished run at its newest checkpoint (epochs done, validation accuracy, the locality of its
-    last snapshot), or None when it has none: a state of training, not a result."""
+def in_progress(entry: Entry, seed: int, args: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """An unfinished run at its newest checkpoint (epochs done, its last per-epoch accuracy, the locality
+    of its last snapshot) and that checkpoint, or None when it has none: a state of training, not a result."""
     config = entry_config(entry, args.scale, seed)
-    resume = find_resume("auto", run_root(entry, seed, args), config, warn=lambda _: None)
+    resume = find_resume(
+        "auto", run_root(entry, seed, args), config, warn=lambda m: print(m, file=sys.stderr)
+    )
     if resume is None:
         return None
     ckpt = read_checkpoint(resume.path)
     progress = (ckpt.get("callbacks") or {}).get("TrainingProgress") or {}
     epochs = progress.get("history") or []
     snapshots = history_of(ckpt) or []
-    return {
+    split = "validation" if config.data.protocol == "clean" else "test"  # what each epoch evaluates
+    state = {
         "name": entry.name,
         "seed": seed,
         "checkpoint": str(resume.path),
@@ -147,11 +154,35 @@ def in_progress(entry: Entry, seed: int, args: Any) -> dict[str, Any] | None:
         "step": ckpt["global_step"],
         "epochs_completed": len(epochs),
         "epochs": config.epochs,
-        "val_acc": epochs[-1]["val_acc"] if epochs else None,
+        "epoch_split": split,
+        "epoch_acc": epochs[-1].get("val_acc" if split == "validation" else "test_acc") if epochs else None,
         "snapshot_step": snapshots[-1]["step"] if snapshots else None,
         "layers": layer_summary(snapshots[-1]) if snapshots else [],
         "locality_history": snapshots,
     }
+    return state, ckpt
+
+
+def report_unfinished(
+    table: list[tuple[Entry, int]],
+    order: list[tuple[Entry, int]],
+    results: dict[tuple[str, int], Any],
+    args: Any,
+) -> list[dict[str, Any]]:
+    """Where every run of the study without a result stands, drawing the figures of those in ``order``
+    (a run with a result, committed or read back, is never drawn over)."""
+    states = []
+    for entry, seed in table:
+        if (entry.name, seed) in results or (found := in_progress(entry, seed, args)) is None:
+            continue
+        state, ckpt = found
+        states.append(state)
+        if not args.no_figures and state["layers"] and (entry, seed) in order:
+            prefix = f"{args.scale}_{entry.name}-seed{seed}"
+            at = f"epoch {state['epochs_completed']} of {state['epochs']}, unfinished"
+            history = state["locality_history"]
+            draw_figures(ckpt, state["config"], prefix, args, history=history, title=f"{prefix} ({at})")
+    return states
 
 
 # the studies drawn together in the scale figures: a scale's runs and, beside them, its relatives'
@@ -208,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, metavar="K", help="only these seeds of each entry")
     parser.add_argument("--no-figures", action="store_true")
     parser.add_argument(
-        "--report", action="store_true", help="tables and figures of the finished runs; train nothing"
+        "--report",
+        action="store_true",
+        help="tables and figures of the finished runs, where the unfinished ones stand; train nothing",
     )
     args = parser.parse_args(argv)
     if args.data_dir is not None:
@@ -229,37 +262,27 @@ def main(argv: list[str] | None = None) -> int:
     def label(entry: Entry, seed: int) -> str:
         return f"{entry.name} seed {seed}" + (f" ({entry.note})" if entry.note else "")
 
+    unfinished: list[dict[str, Any]] = []  # the report's view of the runs still training
+
     def write() -> None:  # the finished runs, and every run without a result yet
         rows = [results[(e.name, s)] for e, s in table if (e.name, s) in results]
         missing = [label(e, s) for e, s in table if (e.name, s) not in results]
         write_json(args.out / f"{args.scale}.json", rows)
-        write_text(args.out / f"{args.scale}.md", markdown(rows, args, missing, list(unfinished.values())))
-
-    unfinished: dict[tuple[str, int], dict[str, Any]] = {}  # the report's view of runs still training
+        write_text(args.out / f"{args.scale}.md", markdown(rows, args, missing, unfinished))
 
     for entry, seed in order:
         metrics = finished(entry, seed, args) if args.report else run_entry(entry, seed, args)
         if metrics is None:
-            if args.report and (state := in_progress(entry, seed, args)) is not None:
-                unfinished[(entry.name, seed)] = state
-                if not args.no_figures and state["layers"]:
-                    at = f"epoch {state['epochs_completed']} of {state['epochs']}, unfinished"
-                    draw_figures(
-                        Path(state["checkpoint"]),
-                        state["config"],
-                        f"{args.scale}_{entry.name}-seed{seed}",
-                        args,
-                        history=state["locality_history"],
-                        title=f"{args.scale}_{entry.name}-seed{seed} ({at})",
-                    )
             continue
         results[(entry.name, seed)] = row_of(entry, seed, metrics)
         if not args.no_figures and "layers" in metrics:
             render_figures(metrics, f"{args.scale}_{entry.name}-seed{seed}", args)
         write()
+    if args.report:  # every run without a result: where it stands; the figures of those asked for
+        unfinished.extend(report_unfinished(table, order, results, args))
     write()
     if not args.no_figures:
-        scale_figures(args, list(unfinished.values()))
+        scale_figures(args, unfinished)
     print((args.out / f"{args.scale}.md").read_text())
     return 0
 

@@ -157,8 +157,8 @@ def progress_line(state: dict[str, Any]) -> str:
     """Where one unfinished run stands: its step, epochs, last validation accuracy, locality per layer."""
     done, total = state["epochs_completed"], state["epochs"]
     line = f"- {state['name']} seed {state['seed']}: step {state['step']}, {done} of {total} epochs done"
-    if state["val_acc"] is not None:
-        line += f"; validation accuracy {100 * state['val_acc']:.1f}% after epoch {done}"
+    if state["epoch_acc"] is not None:
+        line += f"; {state['epoch_split']} accuracy {100 * state['epoch_acc']:.1f}% after epoch {done}"
     if state["layers"]:
         line += f"; locality at step {state['snapshot_step']}: " + "; ".join(locality_cells(state["layers"]))
     return line

@@ -1,4 +1,5 @@
-"""The study driver: runs read back instead of retrained, the report of finished runs, the tables."""
+"""The study driver: runs read back instead of retrained, the report of finished and unfinished runs, the
+tables."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from experiments import study
 from experiments.studies import Entry
-from experiments.study_tables import flops_of
+from experiments.study_tables import flops_of, markdown, progress_line
 from sa_conv.stats import accuracy_stderr as standard_error
 
 
@@ -60,9 +61,16 @@ def test_a_finished_run_is_read_back_not_retrained(tmp_path: Path, monkeypatch: 
     assert study.main([*argv, "--report", "--no-figures"]) == 0
     assert json.loads((out / "tiny.json").read_text()) == rows
     assert "Not finished" not in (out / "tiny.md").read_text()
+    assert "Where the unfinished" not in (out / "tiny.md").read_text()
 
-    # a run without its metrics.json is unfinished: the report says where it stands, and draws it
+    # a run without its metrics.json is unfinished; while its committed row stands, it is not drawn over
     (versions[0] / "metrics.json").unlink()
+    centres = tmp_path / "figures" / "tiny_quadratic-seed0_centres.png"
+    drawn = centres.stat().st_mtime_ns
+    assert study.main([*argv, "--report"]) == 0
+    assert "Where the unfinished" not in (out / "tiny.md").read_text()
+    assert centres.stat().st_mtime_ns == drawn
+    # without it, the report says where the run stands, and draws it
     (out / "tiny.json").unlink()
     for png in (tmp_path / "figures").glob("*.png"):
         png.unlink()
@@ -72,6 +80,7 @@ def test_a_finished_run_is_read_back_not_retrained(tmp_path: Path, monkeypatch: 
     steps = row["epochs_history"][-1]["step"]
     line = next(line for line in text.splitlines() if line.startswith("- quadratic seed 0: step"))
     assert line.startswith(f"- quadratic seed 0: step {steps}, 1 of 1 epochs done; validation accuracy ")
+    assert f"{100 * row['epochs_history'][-1]['val_acc']:.1f}% after epoch 1" in line
     layer = row["layers"][0]
     assert f"layer 1: {layer['mean_distance']:.2f} px, {layer['sharp_heads']}/{layer['heads']} sharp" in line
     assert json.loads((out / "tiny.json").read_text()) == []
@@ -163,3 +172,37 @@ def test_report_without_runs_keeps_the_committed_rows(tmp_path: Path) -> None:
     text = (out / "small.md").read_text()
     assert "| quadratic* | 1 |" in text and "71.4 +- 1.0%" in text
     assert "quadratic seed 0" in text  # still listed as not finished
+
+
+def test_an_unfinished_run_is_reported_with_its_step_epochs_accuracy_and_locality() -> None:
+    layer = {
+        "heads": 9,
+        "mean_distance": 2.5,
+        "sharp_heads": 3,
+        "sharp_distinct_taps": 2,
+        "median_alpha": 1.25,
+    }
+    state = {
+        "name": "quadratic",
+        "seed": 1,
+        "step": 4321,
+        "epochs_completed": 9,
+        "epochs": 15,
+        "epoch_split": "validation",
+        "epoch_acc": 0.6875,
+        "snapshot_step": 4200,
+        "layers": [layer, {**layer, "sharp_heads": 0, "sharp_distinct_taps": 0, "mean_distance": 3.75}],
+    }
+    expected = (
+        "- quadratic seed 1: step 4321, 9 of 15 epochs done; validation accuracy 68.8% after epoch 9; "
+        "locality at step 4200: layer 1: 2.50 px, 3/9 sharp on 2 distinct taps, alpha 1.25; "
+        "layer 2: 3.75 px, 0/9 sharp on 0 distinct taps, alpha 1.25"
+    )
+    assert progress_line(state) == expected
+    early = {**state, "epochs_completed": 0, "epoch_acc": None, "layers": [], "snapshot_step": None}
+    assert progress_line(early) == "- quadratic seed 1: step 4321, 0 of 15 epochs done"
+    args = type("Args", (), {"scale": "small6"})()
+    text = markdown([], args, ["quadratic seed 1"], [state])
+    assert "Not finished (no result yet): quadratic seed 1." in text
+    assert expected in text.splitlines()
+    assert "Where the unfinished" not in markdown([], args, ["quadratic seed 1"])

@@ -149,7 +149,6 @@ def in_progress(entry: Entry, seed: int, args: Any) -> tuple[dict[str, Any], dic
     state = {
         "name": entry.name,
         "seed": seed,
-        "checkpoint": str(resume.path),
         "config": config.to_dict(),
         "step": ckpt["global_step"],
         "epochs_completed": len(epochs),

@@ -569,6 +569,24 @@ def test_a_dead_ddp_rank_ends_the_other_with_one_line_and_the_run_resumes_exactl
         torch.testing.assert_close(wb[k], wa[k], rtol=0, atol=0, msg=k)
 
 
+def newer(path: Path, since: float) -> bool:
+    """Whether the file was written after `since` (False when it is gone: a temporary file renamed)."""
+    try:
+        return path.stat().st_mtime > since
+    except FileNotFoundError:
+        return False
+
+
+def wait_for_checkpoint(proc: subprocess.Popen, folder: Path, *, since: float) -> float:
+    """Seconds until a checkpoint newer than `since` appears under `folder` (or the process ends)."""
+    start = time.monotonic()
+    while proc.poll() is None and time.monotonic() - start < 900:
+        if any(newer(p, since) for p in folder.glob("**/*.ckpt")):
+            break
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
 @pytest.mark.slow
 def test_chaos_random_kills_then_resumes_end_in_the_same_weights(tmp_path):
     """SIGKILL at random moments (seeded), three times, each run resumed with --resume auto: the final
@@ -578,13 +596,17 @@ def test_chaos_random_kills_then_resumes_end_in_the_same_weights(tmp_path):
     base = ["quadratic", *TINY, "--epochs", "10", "--batch-size", "8", "--checkpoint-every", "3"]
     start = time.monotonic()
     straight = run_cli([*base, "--output-dir", str(tmp_path / "a")])
+    first = wait_for_checkpoint(straight, tmp_path / "a", since=time.time())
     assert straight.wait(timeout=900) == 0, straight.stderr.read().decode()[-2000:]
-    whole = time.monotonic() - start  # start-up and training: the kills land anywhere in the first 70%
+    training = time.monotonic() - start - first  # from the first checkpoint to the end
+    # each attempt dies at a random moment within a fifth of that after its own first checkpoint, so
+    # three attempts cannot finish the run, and each dies in training (between or during checkpoint writes)
     chaos, out = random.Random(0), tmp_path / "b"
     kills = 0
     for _ in range(3):
         proc = run_cli([*base, "--output-dir", str(out), "--resume", "auto"])
-        time.sleep(chaos.uniform(0.3, 0.7) * whole)
+        wait_for_checkpoint(proc, out, since=time.time())
+        time.sleep(chaos.uniform(0, 0.2) * training)
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             kills += proc.wait() == -signal.SIGKILL

@@ -125,8 +125,8 @@ def markdown(
         "evaluation (forward). Rows marked * come from the committed table: their runs are not here to "
         "re-check.",
         "",
-        "| model | seed | precision | params | GFLOP train step / eval | steps (min) | images/s | test acc "
-        "| paper acc (params) |",
+        "| model | seed | precision | params | GFLOP train step / eval | training (min) | images/s "
+        "| test acc | paper acc (params) |",
         "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in rows:

@@ -284,7 +284,9 @@ def main_guard(main: Callable[[list[str] | None], int | None]) -> Callable[[list
 
     def wrapped(argv: list[str] | None = None) -> int:
         from sa_conv.interrupts import RunInterruptedError
+        from sa_conv.precision import flush_denormals
 
+        flush_denormals()  # before any parallel op starts the intra-op threads, which copy the CPU mode
         quiet_libraries()
         quiet_disk_full_threads()
         argv = list(sys.argv[1:] if argv is None else argv)

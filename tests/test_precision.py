@@ -97,3 +97,26 @@ def test_the_gpus_dense_peak(monkeypatch) -> None:
     monkeypatch.setattr(machine.torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 PCIe")
     assert machine.peak_flops(cuda, "bf16-mixed") == pytest.approx(756.5e12)
     assert machine.peak_flops(machine.torch.device("cpu"), "bf16-mixed") is None
+
+
+def test_every_command_flushes_denormals_before_it_computes():
+    """The command-line wrapper sets the CPU's flush-to-zero mode first thing (the math library's worker
+    threads copy the mode when they start): in a fresh process, a denormal times one is zero after it."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import torch; from experiments.cli import main_guard; {call}"
+        "print(float((torch.tensor([1e-39]) * 1.0).item()))"
+    )
+    root = Path(__file__).resolve().parents[1]
+
+    def after(call: str) -> float:
+        out = subprocess.run(
+            [sys.executable, "-c", probe.format(call=call)], cwd=root, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        return float(out.stdout.strip().splitlines()[-1])
+
+    assert after("") == pytest.approx(1e-39, rel=1e-3)  # the default mode keeps denormals
+    assert after("main_guard(lambda argv: 0)([]); ") == 0.0

@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -111,14 +112,20 @@ def lost_ranks(record: RankRecord, world_size: int, me: int) -> list[int]:
     return gone
 
 
-def peer_lost(record: RankRecord, me: int, world: int, err: BaseException) -> RankLostError | None:
+def peer_lost(
+    record: RankRecord, me: int, world: int, err: BaseException, *, grace_s: float = 5.0
+) -> RankLostError | None:
     """The one-line error for a distributed run whose collective failed: the rank that is gone (or the
     wait that timed out) and how to go on; None for an error that is not about a peer."""
-    gone = lost_ranks(record, world, me)
     text = str(err).lower()
     timed_out = "timeout" in text or "timed out" in text
+    gone = lost_ranks(record, world, me)
     if not gone and not timed_out and "peer" not in text and "connection" not in text:
         return None  # another error: it speaks for itself
+    deadline = time.monotonic() + grace_s  # a killed rank's sockets close before its process has ended
+    while not gone and time.monotonic() < deadline:
+        time.sleep(0.05)
+        gone = lost_ranks(record, world, me)
     if gone:
         who = ", ".join(f"rank {r}" for r in gone)
         what = f"{who} of {world} is gone (its process ended: killed, out of memory, or a lost node)"

@@ -4,6 +4,7 @@ one-line errors for bad input, determinism, DDP."""
 import json
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import sa_conv.training as training
 from experiments import cli, run
 from experiments.cli import main_guard
 from sa_conv.checkpointing import AtomicCheckpointIO, InterruptCheckpoint
+from sa_conv.interrupts import RankRecord, peer_lost
 from sa_conv.lit import ImageClassifier
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -535,6 +537,25 @@ def test_resume_refuses_other_data_and_accepts_a_moved_copy(tmp_path, capsys):
     assert code == 0 and "not the data the checkpoint trained on: train" in err
     assert main_guard(evaluate.main)([str(ckpt), "--data-dir", str(moved)]) == 0
     assert "the checkpoint's own" in capsys.readouterr().err
+
+
+def test_a_rank_whose_sockets_closed_before_its_process_ended_is_named(tmp_path, monkeypatch):
+    """A killed rank's connections close before its process is gone: the survivor waits a moment for it."""
+    monkeypatch.setenv("MASTER_PORT", "29999")
+    record = RankRecord(tmp_path)
+    closed = RuntimeError("Connection closed by peer [127.0.0.1]:29999")
+    ending = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    record.path(1).write_text(f"{socket.gethostname()} {ending.pid}")
+    assert "stopped answering" in str(peer_lost(record, 0, 2, closed, grace_s=0))  # not yet gone
+    assert "rank 1 of 2 is gone" in str(peer_lost(record, 0, 2, closed, grace_s=30))
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        record.path(1).write_text(f"{socket.gethostname()} {alive.pid}")
+        assert "a peer of rank 0 of 2 stopped answering" in str(peer_lost(record, 0, 2, closed, grace_s=0.3))
+        assert peer_lost(record, 0, 2, ValueError("a shape mismatch"), grace_s=30) is None  # not about a peer
+    finally:
+        alive.kill()
+        alive.wait()
 
 
 @pytest.mark.slow

@@ -186,9 +186,20 @@ def locality_cells(layers: list[dict[str, Any]]) -> list[str]:
         alpha = f", alpha {layer['median_alpha']:.2f}" if "median_alpha" in layer else ""
         taps = layer.get("sharp_distinct_taps")
         distinct = f" on {taps} distinct taps" if taps is not None else ""
+        if layer.get("sharp_taps"):
+            distinct += f" {tap_list(layer['sharp_taps'])}"
         sharp = f"{layer['sharp_heads']}/{layer['heads']} sharp{distinct}"
         cells.append(f"layer {i + 1}: {layer['mean_distance']:.2f} px, {sharp}{alpha}")
     return cells
+
+
+def tap_list(taps: list[list[int]]) -> str:
+    """Sharp heads' taps as (dy, dx), a shared tap once with its head count: "(0, 0) x2, (-1, 1)"."""
+    counts: dict[tuple[int, int], int] = {}
+    for dy, dx in taps:
+        counts[(dy, dx)] = counts.get((dy, dx), 0) + 1
+    cells = [f"({dy}, {dx})" + (f" x{n}" if n > 1 else "") for (dy, dx), n in sorted(counts.items())]
+    return "[" + ", ".join(cells) + "]"
 
 
 def comparisons(rows: list[dict[str, Any]], alpha: float = 0.05) -> list[str]:

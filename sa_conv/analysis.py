@@ -71,10 +71,11 @@ def locality_snapshot(backbone: Backbone, images: Tensor, step: int) -> dict[str
     return {"step": step, "layers": layers}
 
 
-def layer_summary(snapshot: dict[str, Any]) -> list[dict[str, float]]:
+def layer_summary(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
     """Per layer: mean attention distance, number of sharp heads (>= 0.5 of their mass on one pixel),
-    the number of distinct taps among them (their peak shifts; rounded centres in records that predate
-    them), the heads' mean mass on one pixel (conv-likeness), and for Gaussian heads the median alpha."""
+    the number of distinct taps among them and the taps themselves, sorted (dy, dx) with one per sharp
+    head (their peak shifts; rounded centres in records that predate them), the heads' mean mass on one
+    pixel (conv-likeness), and for Gaussian heads the median alpha."""
     out = []
     for layer in snapshot["layers"]:
         sharp = torch.tensor(layer["peak_mass"]) >= SHARP_MASS
@@ -88,8 +89,9 @@ def layer_summary(snapshot: dict[str, Any]) -> list[dict[str, float]]:
         if shifts is None and "centres" in layer:
             shifts = torch.tensor(layer["centres"]).round().tolist()
         if shifts is not None:
-            taps = torch.tensor(shifts, dtype=torch.float64).reshape(-1, 2)[sharp]
+            taps = torch.tensor(shifts, dtype=torch.float64).reshape(-1, 2)[sharp]  # (sharp heads, 2)
             row["sharp_distinct_taps"] = len(torch.unique(taps, dim=0)) if len(taps) else 0
+            row["sharp_taps"] = sorted([int(dy), int(dx)] for dy, dx in taps.round().tolist())
         if "inverse_covariance" in layer:
             row["median_alpha"] = float(gaussian_alpha(torch.tensor(layer["inverse_covariance"])).median())
         out.append(row)

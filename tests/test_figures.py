@@ -354,6 +354,7 @@ def test_layer_summary_counts_sharp_heads_and_their_distinct_taps():
     }
     (row,) = layer_summary(snapshot)
     assert row["sharp_heads"] == 3 and row["sharp_distinct_taps"] == 2 and row["heads"] == 4
+    assert row["sharp_taps"] == [[-1, 0], [1, 0], [1, 0]]  # one per sharp head, sorted
     assert row["mean_distance"] == pytest.approx(2.0) and row["conv_likeness"] == pytest.approx(0.5625)
     assert row["median_alpha"] == pytest.approx(2.0)  # alphas 2, 2, 2, 0.5
 

@@ -180,6 +180,7 @@ def test_an_unfinished_run_is_reported_with_its_step_epochs_accuracy_and_localit
         "mean_distance": 2.5,
         "sharp_heads": 3,
         "sharp_distinct_taps": 2,
+        "sharp_taps": [[-1, 1], [0, 0], [0, 0]],
         "median_alpha": 1.25,
     }
     state = {
@@ -191,12 +192,15 @@ def test_an_unfinished_run_is_reported_with_its_step_epochs_accuracy_and_localit
         "epoch_split": "validation",
         "epoch_acc": 0.6875,
         "snapshot_step": 4200,
-        "layers": [layer, {**layer, "sharp_heads": 0, "sharp_distinct_taps": 0, "mean_distance": 3.75}],
+        "layers": [
+            layer,
+            {**layer, "sharp_heads": 0, "sharp_distinct_taps": 0, "sharp_taps": [], "mean_distance": 3.75},
+        ],
     }
     expected = (
         "- quadratic seed 1: step 4321, 9 of 15 epochs done; validation accuracy 68.8% after epoch 9; "
-        "locality at step 4200: layer 1: 2.50 px, 3/9 sharp on 2 distinct taps, alpha 1.25; "
-        "layer 2: 3.75 px, 0/9 sharp on 0 distinct taps, alpha 1.25"
+        "locality at step 4200: layer 1: 2.50 px, 3/9 sharp on 2 distinct taps [(-1, 1), (0, 0) x2], "
+        "alpha 1.25; layer 2: 3.75 px, 0/9 sharp on 0 distinct taps, alpha 1.25"
     )
     assert progress_line(state) == expected
     early = {**state, "epochs_completed": 0, "epoch_acc": None, "layers": [], "snapshot_step": None}

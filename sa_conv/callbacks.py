@@ -31,6 +31,9 @@ class TrainingProgress(pl.Callback):
     """Training images per second (across resumes), the projected time of the whole run, and one
     record per epoch (train loss and accuracy, evaluation accuracy, learning rate, images/s).
 
+    The record's images/s is of the whole run; the printed speed and the projection are of this
+    process, once it has timed a step (a resumed run may sit on another machine, or beside other work).
+
     Steady-state time without a host sync: the wall time between consecutive training batches of an
     epoch (a device's queued work is paid for within a few steps), the first step of a process and the
     evaluation loops left out. ``lines=True`` also prints each epoch's record as one plain line (for
@@ -42,7 +45,8 @@ class TrainingProgress(pl.Callback):
     ) -> None:
         self.lines, self.slow_warning, self.slow_hint = lines, slow_warning, slow_hint
         self.log_every = log_every  # steps between two per-step scalars in the logger (each a host sync)
-        self.images, self.steps, self.seconds = 0, 0, 0.0
+        self.images, self.steps, self.seconds = 0, 0, 0.0  # the whole run, across resumes
+        self._here = [0, 0, 0.0]  # images, steps, seconds timed by this process
         self.history: list[dict[str, float]] = []
         self._timed_here = 0  # steps timed by this process (the projection waits for a warm one)
         self._last: float | None = None  # the end of the previous batch of this stretch of training
@@ -50,8 +54,14 @@ class TrainingProgress(pl.Callback):
 
     @property
     def images_per_second(self) -> float:
-        """Training images per second so far (0 before any step)."""
+        """Training images per second of the whole run so far (0 before any step)."""
         return self.images / self.seconds if self.seconds else 0.0
+
+    @property
+    def current_images_per_second(self) -> float:
+        """Training images per second of this process (the whole run's before it timed a step)."""
+        images, _, seconds = self._here
+        return images / seconds if seconds else self.images_per_second
 
     def _say(self, trainer: pl.Trainer, message: str) -> None:
         bar = trainer.progress_bar_callback
@@ -62,7 +72,8 @@ class TrainingProgress(pl.Callback):
         from the training rate (an evaluation image costs about a third of a training image)."""
         measured = [h["eval_seconds"] for h in self.history if h.get("eval_seconds")]
         datamodule = trainer.datamodule
-        per_image = 1 / (3 * self.images_per_second) if self.images_per_second else 0.0
+        rate = self.current_images_per_second
+        per_image = 1 / (3 * rate) if rate else 0.0
         n_test = len(datamodule.test_set) if isinstance(datamodule, CIFAR10DataModule) else 0
         n_eval = n_test
         if isinstance(datamodule, CIFAR10DataModule) and datamodule.config.protocol == "clean":
@@ -76,7 +87,8 @@ class TrainingProgress(pl.Callback):
             if isinstance(pl_module, ImageClassifier)
             else trainer.estimated_stepping_batches
         )
-        per_step = self.seconds / max(self.steps, 1)
+        _, steps, seconds = self._here if self._here[1] else (0, self.steps, self.seconds)
+        per_step = seconds / max(steps, 1)
         evals, test = self._eval_estimate(trainer)
         epochs_left = max((trainer.max_epochs or 0) - len(self.history), 0)
         return max(total - trainer.global_step, 0) * per_step + epochs_left * evals + test
@@ -111,14 +123,16 @@ class TrainingProgress(pl.Callback):
         self._timed_here += 1
         if self._timed_here == 1:
             return  # the first step of a process pays for warm-up; it would skew the projection
+        images = len(batch[1]) * trainer.world_size
         self.seconds += elapsed
         self.steps += 1
-        self.images += len(batch[1]) * trainer.world_size
+        self.images += images
+        self._here = [self._here[0] + images, self._here[1] + 1, self._here[2] + elapsed]
         if self._timed_here == 3:
             remaining = self._remaining_seconds(trainer, pl_module)
             self._say(
                 trainer,
-                f"speed: {self.images_per_second:.1f} training images/s; projected time to the end of the "
+                f"speed: {self.current_images_per_second:.1f} training images/s; projected time to the end of the "
                 f"run, evaluation included: {_duration(remaining)} (ETA {_eta(remaining)})",
             )
             if remaining > self.slow_warning:
@@ -156,7 +170,7 @@ class TrainingProgress(pl.Callback):
             if eval_name is not None:
                 parts.append(f"{eval_name.split('/')[0]} acc {metrics[eval_name]:.4f}")
             remaining = self._remaining_seconds(trainer, pl_module)
-            parts += [f"{self.images_per_second:.1f} images/s", f"ETA {_duration(remaining)}"]
+            parts += [f"{self.current_images_per_second:.1f} images/s", f"ETA {_duration(remaining)}"]
             print(" | ".join(parts), flush=True)
 
     def state_dict(self) -> dict[str, Any]:

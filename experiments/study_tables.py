@@ -202,10 +202,11 @@ def tap_list(taps: list[list[int]]) -> str:
     return "[" + ", ".join(cells) + "]"
 
 
-def comparisons(rows: list[dict[str, Any]], alpha: float = 0.05) -> list[str]:
+def comparisons(rows: list[dict[str, Any]], alpha: float = 0.05, min_seeds: int = 2) -> list[str]:
     """Every pair of entries whose runs all recorded their per-image test results: the seeds' accuracies,
     McNemar's exact test for every pair of seeds, the paired bootstrap interval of the difference of the
-    seed means, and an ordering only where every one of them agrees."""
+    seed means, and an ordering only where every one of them agrees and each entry has ``min_seeds``
+    seeds (with fewer, the seed-to-seed spread is not measured)."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault(r["name"], []).append(r)
@@ -217,7 +218,8 @@ def comparisons(rows: list[dict[str, Any]], alpha: float = 0.05) -> list[str]:
         "Paired comparisons on the same test images (McNemar's exact test for every pair of seeds, and the "
         "95% bootstrap interval of the difference of the seed means, resampling test images and seeds); an "
         f"ordering is claimed only where every seed of one is above every seed of the other, every McNemar "
-        f"p < {alpha} and the interval excludes 0:",
+        f"p < {alpha}, the interval excludes 0 and each has at least {min_seeds} seeds (with fewer, the "
+        "seed-to-seed spread is not measured):",
         "",
     ]
     names = list(complete)
@@ -229,9 +231,12 @@ def comparisons(rows: list[dict[str, Any]], alpha: float = 0.05) -> list[str]:
             diff, low, high = paired_bootstrap(ra, rb)
             acc_a, acc_b = [r["test_acc"] for r in complete[a]], [r["test_acc"] for r in complete[b]]
             above = min(acc_a) > max(acc_b) or min(acc_b) > max(acc_a)
-            claimed = above and max(ps) < alpha and (low > 0 or high < 0)
+            cleared = above and max(ps) < alpha and (low > 0 or high < 0)
             first, second = (a, b) if diff > 0 else (b, a)
-            verdict = f"**{first} above {second}**" if claimed else "no ordering claimed"
+            seeded = min(len(ra), len(rb)) >= min_seeds
+            verdict = f"**{first} above {second}**" if cleared and seeded else "no ordering claimed"
+            if cleared and not seeded:
+                verdict += f" (the tests clear it; with under {min_seeds} seeds the seed spread is not in it)"
             out.append(
                 f"- {a} ({', '.join(f'{100 * x:.1f}' for x in acc_a)}%) vs {b} "
                 f"({', '.join(f'{100 * x:.1f}' for x in acc_b)}%): difference of means {100 * diff:+.1f} "

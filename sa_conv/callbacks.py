@@ -132,8 +132,8 @@ class TrainingProgress(pl.Callback):
             remaining = self._remaining_seconds(trainer, pl_module)
             self._say(
                 trainer,
-                f"speed: {self.current_images_per_second:.1f} training images/s; projected time to the end of the "
-                f"run, evaluation included: {_duration(remaining)} (ETA {_eta(remaining)})",
+                f"speed: {self.current_images_per_second:.1f} training images/s; projected time to the end "
+                f"of the run, evaluation included: {_duration(remaining)} (ETA {_eta(remaining)})",
             )
             if remaining > self.slow_warning:
                 self._say(

@@ -11,7 +11,7 @@ import pytest
 
 from experiments import study
 from experiments.studies import Entry
-from experiments.study_tables import flops_of, markdown, progress_line
+from experiments.study_tables import comparisons, flops_of, markdown, progress_line
 from sa_conv.stats import accuracy_stderr as standard_error
 
 
@@ -210,3 +210,20 @@ def test_an_unfinished_run_is_reported_with_its_step_epochs_accuracy_and_localit
     assert "Not finished (no result yet): quadratic seed 1." in text
     assert expected in text.splitlines()
     assert "Where the unfinished" not in markdown([], args, ["quadratic seed 1"])
+
+
+def test_an_ordering_is_claimed_only_with_every_test_and_two_seeds_each() -> None:
+    """A: right on 1,900 of 2,000 test images, B on 1,700 of them (the same images, B's a subset)."""
+    good, poor = "1" * 1900 + "0" * 100, "1" * 1700 + "0" * 300
+
+    def row(name: str, seed: int, correct: str) -> dict:
+        return {"name": name, "seed": seed, "test_acc": correct.count("1") / 2000, "test_correct": correct}
+
+    one_seed = comparisons([row("a", 0, good), row("b", 0, poor)])
+    assert one_seed[-1].startswith("- a (95.0%) vs b (85.0%): difference of means +10.0 points")
+    assert "no ordering claimed (the tests clear it; with under 2 seeds the seed spread" in one_seed[-1]
+    two_seeds = comparisons([row("a", 0, good), row("a", 1, good), row("b", 0, poor), row("b", 1, poor)])
+    assert two_seeds[-1].endswith("**a above b**")
+    swapped = [row("a", 0, good), row("a", 1, poor), row("b", 0, poor), row("b", 1, good)]
+    assert comparisons(swapped)[-1].endswith(": no ordering claimed")  # not every seed above
+    assert comparisons([row("a", 0, good), {**row("b", 0, poor), "test_correct": ""}]) == []  # no per-image

@@ -46,7 +46,7 @@ class TrainingProgress(pl.Callback):
         self.lines, self.slow_warning, self.slow_hint = lines, slow_warning, slow_hint
         self.log_every = log_every  # steps between two per-step scalars in the logger (each a host sync)
         self.images, self.steps, self.seconds = 0, 0, 0.0  # the whole run, across resumes
-        self._here = [0, 0, 0.0]  # images, steps, seconds timed by this process
+        self._resumed_at = (0, 0, 0.0)  # the totals this process started from: what it timed is the rest
         self.history: list[dict[str, float]] = []
         self._timed_here = 0  # steps timed by this process (the projection waits for a warm one)
         self._last: float | None = None  # the end of the previous batch of this stretch of training
@@ -60,8 +60,13 @@ class TrainingProgress(pl.Callback):
     @property
     def current_images_per_second(self) -> float:
         """Training images per second of this process (the whole run's before it timed a step)."""
-        images, _, seconds = self._here
+        images, _, seconds = self._timed_by_this_process()
         return images / seconds if seconds else self.images_per_second
+
+    def _timed_by_this_process(self) -> tuple[int, int, float]:
+        """Images, steps and seconds timed since this process started (or resumed) the run."""
+        images, steps, seconds = self._resumed_at
+        return self.images - images, self.steps - steps, self.seconds - seconds
 
     def _say(self, trainer: pl.Trainer, message: str) -> None:
         bar = trainer.progress_bar_callback
@@ -87,7 +92,9 @@ class TrainingProgress(pl.Callback):
             if isinstance(pl_module, ImageClassifier)
             else trainer.estimated_stepping_batches
         )
-        _, steps, seconds = self._here if self._here[1] else (0, self.steps, self.seconds)
+        _, steps, seconds = self._timed_by_this_process()
+        if not steps:  # nothing timed here yet: the whole run's pace
+            steps, seconds = self.steps, self.seconds
         per_step = seconds / max(steps, 1)
         evals, test = self._eval_estimate(trainer)
         epochs_left = max((trainer.max_epochs or 0) - len(self.history), 0)
@@ -127,7 +134,6 @@ class TrainingProgress(pl.Callback):
         self.seconds += elapsed
         self.steps += 1
         self.images += images
-        self._here = [self._here[0] + images, self._here[1] + 1, self._here[2] + elapsed]
         if self._timed_here == 3:
             remaining = self._remaining_seconds(trainer, pl_module)
             self._say(
@@ -183,6 +189,7 @@ class TrainingProgress(pl.Callback):
             state_dict["seconds"],
         )
         self.history = list(state_dict["history"])
+        self._resumed_at = (self.images, self.steps, self.seconds)
 
 
 def _eta(seconds: float) -> str:

@@ -4,6 +4,7 @@ the committed rows it keeps, the Markdown table and the paired comparisons betwe
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -195,9 +196,7 @@ def locality_cells(layers: list[dict[str, Any]]) -> list[str]:
 
 def tap_list(taps: list[list[int]]) -> str:
     """Sharp heads' taps as (dy, dx), a shared tap once with its head count: "(0, 0) x2, (-1, 1)"."""
-    counts: dict[tuple[int, int], int] = {}
-    for dy, dx in taps:
-        counts[(dy, dx)] = counts.get((dy, dx), 0) + 1
+    counts = Counter((dy, dx) for dy, dx in taps)
     cells = [f"({dy}, {dx})" + (f" x{n}" if n > 1 else "") for (dy, dx), n in sorted(counts.items())]
     return "[" + ", ".join(cells) + "]"
 

@@ -7,6 +7,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from statistics import mean
 from typing import Any
 
 from experiments.cli import UserError
@@ -18,7 +19,7 @@ from sa_conv.models import SAConfig
 from sa_conv.run_config import RunConfig
 from sa_conv.stats import accuracy_stderr, mcnemar, paired_bootstrap
 
-__all__ = ["committed_rows", "comparisons", "flops_of", "markdown", "row_of"]
+__all__ = ["committed_rows", "comparisons", "flops_of", "markdown", "row_of", "seed_mean_lines"]
 
 
 def flops_of(config: RunConfig) -> dict[str, int]:
@@ -151,7 +152,7 @@ def markdown(
             "",
         ]
         lines += [progress_line(u) for u in unfinished]
-    return "\n".join([*lines, *locality_lines(rows), *comparisons(rows)]) + "\n"
+    return "\n".join([*lines, *seed_mean_lines(rows), *locality_lines(rows), *comparisons(rows)]) + "\n"
 
 
 def progress_line(state: dict[str, Any]) -> str:
@@ -163,6 +164,46 @@ def progress_line(state: dict[str, Any]) -> str:
     if state["layers"]:
         line += f"; locality at step {state['snapshot_step']}: " + "; ".join(locality_cells(state["layers"]))
     return line
+
+
+def seed_mean_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Per model with two or more seeds: the mean test accuracy over its seeds with their spread, and the
+    per-layer locality averaged over the seeds."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(r["name"], []).append(r)
+    seeded = {name: runs for name, runs in groups.items() if len(runs) >= 2}
+    if not seeded:
+        return []
+    lines = [
+        "",
+        "Mean over seeds (models with two or more; each seed's own values are in the table above and the "
+        "locality below; sharp heads are averaged, not pooled):",
+        "",
+    ]
+    for name, runs in seeded.items():
+        accs = [100 * r["test_acc"] for r in runs]
+        seeds = ", ".join(str(r["seed"]) for r in runs)
+        line = (
+            f"- {name} (seeds {seeds}): test accuracy {mean(accs):.1f}% "
+            f"(seeds {min(accs):.1f} to {max(accs):.1f})"
+        )
+        depths = {len(r.get("layers", [])) for r in runs}
+        if len(depths) == 1 and (depth := depths.pop()):
+            line += "; " + "; ".join(layer_mean_cell(i, [r["layers"][i] for r in runs]) for i in range(depth))
+        lines.append(line)
+    return lines
+
+
+def layer_mean_cell(i: int, layers: list[dict[str, Any]]) -> str:
+    """One layer's locality averaged over seeds: mean distance, sharp heads, median alpha."""
+    cell = (
+        f"layer {i + 1}: {mean(x['mean_distance'] for x in layers):.2f} px, "
+        f"{mean(x['sharp_heads'] for x in layers):.1f}/{layers[0]['heads']} sharp"
+    )
+    if all("median_alpha" in x for x in layers):
+        cell += f", alpha {mean(x['median_alpha'] for x in layers):.2f}"
+    return cell
 
 
 def locality_lines(rows: list[dict[str, Any]]) -> list[str]:

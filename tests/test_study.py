@@ -11,7 +11,7 @@ import pytest
 
 from experiments import study
 from experiments.studies import Entry
-from experiments.study_tables import comparisons, flops_of, markdown, progress_line
+from experiments.study_tables import comparisons, flops_of, markdown, progress_line, seed_mean_lines
 from sa_conv.stats import accuracy_stderr as standard_error
 
 
@@ -227,3 +227,31 @@ def test_an_ordering_is_claimed_only_with_every_test_and_two_seeds_each() -> Non
     swapped = [row("a", 0, good), row("a", 1, poor), row("b", 0, poor), row("b", 1, good)]
     assert comparisons(swapped)[-1].endswith(": no ordering claimed")  # not every seed above
     assert comparisons([row("a", 0, good), {**row("b", 0, poor), "test_correct": ""}]) == []  # no per-image
+
+
+def test_the_mean_over_seeds_averages_every_seed_per_layer() -> None:
+    def layer(distance: float, sharp: int, alpha: float) -> dict:
+        return {"heads": 9, "mean_distance": distance, "sharp_heads": sharp, "median_alpha": alpha}
+
+    def run(seed: int, acc: float, first: tuple, second: tuple) -> dict:
+        return {"name": "quadratic", "seed": seed, "test_acc": acc, "layers": [layer(*first), layer(*second)]}
+
+    rows = [
+        run(0, 0.70, (2.0, 5, 1.5), (3.0, 0, 0.5)),
+        run(1, 0.73, (1.5, 8, 2.5), (3.5, 1, 0.25)),
+        run(2, 0.76, (1.0, 2, 2.0), (4.0, 2, 0.75)),
+        {"name": "learned", "seed": 0, "test_acc": 0.60, "layers": []},  # one seed: no mean
+        {"name": "resnet18", "seed": 0, "test_acc": 0.80, "layers": []},
+        {"name": "resnet18", "seed": 1, "test_acc": 0.84, "layers": []},
+    ]
+    lines = seed_mean_lines(rows)
+    assert lines[-2:] == [
+        "- quadratic (seeds 0, 1, 2): test accuracy 73.0% (seeds 70.0 to 76.0); "
+        "layer 1: 1.50 px, 5.0/9 sharp, alpha 2.00; layer 2: 3.50 px, 1.0/9 sharp, alpha 0.50",
+        "- resnet18 (seeds 0, 1): test accuracy 82.0% (seeds 80.0 to 84.0)",
+    ]
+    assert seed_mean_lines(rows[3:5]) == []  # no model with two seeds
+    table = {"note": "", "params": 1, "train_flops_per_image": 1, "eval_flops_per_image": 1}
+    table |= {"train_time_s": 60, "train_images_per_s": 1, "test_acc_stderr": 0.01}
+    args = type("Args", (), {"scale": "small6"})()
+    assert lines[-1] in markdown([{**table, **r} for r in rows], args).splitlines()

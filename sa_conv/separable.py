@@ -5,14 +5,17 @@ outer product of a row softmax ``R_h (H, H)`` and a column softmax ``C_h (W, W)`
 ``P_h[(i, j), (k, l)] = R_h[i, k] C_h[j, l]``. Head h's output ``Z_h = P_h X`` then costs two small
 matrix products, O(N (H + W) D), and the layer's output is ``y = [Z_1 .. Z_heads] W^T + b``.
 
-Autograd would keep the ``(B, N, heads * D)`` concatenation of the ``Z_h`` for the projection's
-backward. It is cheap to recompute, so this Function keeps only ``x`` and recomputes it in backward:
-saved activation memory O(B N D) instead of O(B N heads D). Each pass builds the concatenation once
-as a transient buffer, so that the projection and its two gradients are one large matrix product each.
+The kernel works on ``x`` laid out columns first, ``(W, H * B * D)``: there, mixing the columns is one
+matrix product ``C_h @ x`` and mixing the rows one batch of W products over contiguous ``(H, B * D)``
+blocks, with nothing transposed in between (the batch-major layout needed B * H products of 16 x 16
+matrices per head, and copies between them). Each head's output is projected as soon as it is made,
+so no ``(B, N, heads * D)`` concatenation exists; backward recomputes the mixings head by head from
+``x``: saved activation memory O(B N D), transient memory O(B N D) per head.
 
 Under autocast every product runs in the autocast dtype (inputs cast once, accumulation inside the
-matrix products in float32, as ``nn.Linear`` does); the softmax factors arrive in float32 and are
-rounded once. Gradients of ``row``, ``col`` and ``weight`` come back in their own dtype.
+matrix products in float32, as ``nn.Linear`` does) and the sums over heads are kept in float32; the
+softmax factors arrive in float32 and are rounded once. Gradients of ``row``, ``col`` and ``weight``
+come back in their own dtype.
 """
 
 from __future__ import annotations
@@ -27,29 +30,27 @@ from sa_conv.autocast import autocast_dtype
 __all__ = ["separable_attention_projection"]
 
 
-def _mix(x: Tensor, row: Tensor, col: Tensor) -> tuple[Tensor, Tensor]:
-    """``t = C x`` along columns and ``z = R t`` along rows of ``x (B, H, W, D)``; returns (t, z).
-
-    Written as batched matmuls over (B*H) and B with the small factor broadcast, so that no large
-    tensor is ever transposed (``torch.matmul`` of a 2D by a 4D tensor would copy ``x`` twice).
-    """
+def _columns_first(x: Tensor) -> Tensor:
+    """``x (B, H, W, D)`` -> ``(W, H * B * D)``, ordered ``[j, i, b, d]``."""
     b, h, w, d = x.shape
-    t = torch.bmm(col.expand(b * h, w, w), x.reshape(b * h, w, d))  # (B*H, W, D): columns mixed
-    z = torch.bmm(row.expand(b, h, h), t.reshape(b, h, w * d))  # (B, H, W*D): rows mixed
-    return t.reshape(b, h, w, d), z.reshape(b, h, w, d)
+    return x.permute(2, 1, 0, 3).reshape(w, h * b * d)
 
 
-def _heads(x: Tensor, row: Tensor, col: Tensor) -> tuple[Tensor, list[Tensor]]:
-    """Every head's output concatenated ``(B*N, heads * D)``, and each head's ``t = C_h x``."""
-    b, h, w, d = x.shape
-    heads = row.shape[0]
-    cat = x.new_empty(b * h * w, heads, d)  # (B*N, heads, D)
-    ts = []
-    for head in range(heads):
-        t, z = _mix(x, row[head], col[head])  # (B, H, W, D) each
-        cat[:, head] = z.reshape(b * h * w, d)
-        ts.append(t)
-    return cat.reshape(b * h * w, heads * d), ts
+def _mix(xt: Tensor, row: Tensor, col: Tensor) -> tuple[Tensor, Tensor]:
+    """One head on columns-first ``xt (W, H * B * D)``: ``t = C xt`` mixes the columns, ``z = R t`` the
+    rows. Returns ``t (W, H * B * D)`` ordered ``[l, i, b, d]`` and ``z (W, H, B * D)``, ``[l, k, b, d]``."""
+    w, h = xt.shape[0], row.shape[0]
+    t = col @ xt  # (W, H*B*D)
+    z = torch.bmm(row.expand(w, h, h), t.view(w, h, -1))  # (W, H, B*D)
+    return t, z
+
+
+def _add_product(acc: Tensor, a: Tensor, b: Tensor) -> None:
+    """``acc += a @ b``, in place where the dtypes allow (a float32 sum of bf16 products otherwise)."""
+    if acc.dtype == a.dtype:
+        acc.addmm_(a, b)
+    else:
+        acc += a @ b
 
 
 class _SeparableAttentionProjection(torch.autograd.Function):
@@ -57,14 +58,21 @@ class _SeparableAttentionProjection(torch.autograd.Function):
     def forward(ctx: Any, x: Tensor, row: Tensor, col: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         # x (B, H, W, D), row (heads, H, H), col (heads, W, W), weight (O, heads * D), bias (O,)
         dtype = autocast_dtype(x.device, x.dtype)
-        b, h, w, _ = x.shape
-        xc, rc, cc, wc = (t.to(dtype).contiguous() for t in (x, row, col, weight))
-        cat, _ = _heads(xc, rc, cc)  # (B*N, heads * D)
-        y = cat @ wc.T if bias is None else torch.addmm(bias.to(dtype), cat, wc.T)  # (B*N, O)
+        b, h, w, d = x.shape
+        heads, out = row.shape[0], weight.shape[0]
+        xt = _columns_first(x.to(dtype))  # (W, H*B*D)
+        rc, cc, wc = (t.to(dtype).contiguous() for t in (row, col, weight))
+        acc = torch.promote_types(dtype, torch.float32)  # the sum over heads
+        y = torch.zeros(w * h * b, out, dtype=acc, device=x.device)  # (W*H*B, O): rows [l, k, b]
+        if bias is not None:
+            y += bias.to(dtype)
+        for head in range(heads):
+            _, z = _mix(xt, rc[head], cc[head])  # (W, H, B*D)
+            _add_product(y, z.view(-1, d), wc[:, head * d : (head + 1) * d].T)
         ctx.dtype = dtype
         ctx.save_for_backward(x, row, col, weight)
         ctx.has_bias = bias is not None
-        return y.reshape(b, h, w, weight.shape[0])
+        return y.to(dtype).view(w, h, b, out).permute(2, 1, 0, 3).contiguous()  # (B, H, W, O)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
@@ -72,25 +80,26 @@ class _SeparableAttentionProjection(torch.autograd.Function):
         dtype = ctx.dtype
         b, h, w, d = x.shape
         heads, out = row.shape[0], weight.shape[0]
-        xc, rc, cc, wc = (t.to(dtype).contiguous() for t in (x, row, col, weight))
-        g = grad.reshape(b * h * w, out).to(dtype)  # (B*N, O)
-        cat, ts = _heads(xc, rc, cc)  # recomputed: (B*N, heads * D) and per head (B, H, W, D)
-        gweight = (g.T @ cat).to(weight.dtype)  # (O, heads * D)
-        del cat
-        gcat = (g @ wc).reshape(b, h, w, heads, d)  # (B, H, W, heads, D)
-        gx = torch.zeros(b * h, w, d, dtype=torch.promote_types(x.dtype, dtype), device=x.device)
+        xt = _columns_first(x.to(dtype))  # (W, H*B*D)
+        rc, cc, wc = (t.to(dtype).contiguous() for t in (row, col, weight))
+        g = grad.permute(2, 1, 0, 3).reshape(w * h * b, out).to(dtype)  # (W*H*B, O): rows [l, k, b]
+        gweight = torch.empty_like(weight)
         grow, gcol = torch.empty_like(row), torch.empty_like(col)
+        gxt = torch.zeros(w, h * b * d, dtype=torch.promote_types(x.dtype, dtype), device=x.device)
         for head in range(heads):
-            gz = gcat[:, :, :, head].reshape(b, h, w * d)  # (B, H, W*D)
-            t = ts[head].reshape(b, h, w * d)
-            # z = R t: dR = sum_b gz_b t_b^T, dt = R^T gz
-            grow[head] = torch.bmm(gz, t.transpose(1, 2)).sum(0, dtype=torch.float32)
-            gt = torch.bmm(rc[head].T.expand(b, h, h), gz).reshape(b * h, w, d)  # (B*H, W, D)
-            # t = C x (per row): dC = sum_{b,i} gt x^T, dx = C^T gt
-            gcol[head] = torch.bmm(gt, xc.reshape(b * h, w, d).transpose(1, 2)).sum(0, dtype=torch.float32)
-            gx += torch.bmm(cc[head].T.expand(b * h, w, w), gt)
+            cols = slice(head * d, (head + 1) * d)
+            t, z = _mix(xt, rc[head], cc[head])  # recomputed: (W, H*B*D), (W, H, B*D)
+            gweight[:, cols] = g.T @ z.view(-1, d)  # (O, D)
+            gz = (g @ wc[:, cols]).view(w, h, b * d)  # (W, H, B*D)
+            # z = R t (per column l): dR = sum_l gz_l t_l^T, dt = R^T gz
+            grow[head] = torch.bmm(gz, t.view(w, h, b * d).transpose(1, 2)).sum(0, dtype=torch.float32)
+            gt = torch.bmm(rc[head].T.expand(w, h, h), gz).view(w, h * b * d)  # (W, H*B*D)
+            # t = C xt: dC = gt xt^T, dxt = C^T gt
+            gcol[head] = gt @ xt.T
+            _add_product(gxt, cc[head].T, gt)
         gbias = g.sum(0, dtype=torch.float32).to(weight.dtype) if ctx.has_bias else None
-        return gx.reshape(b, h, w, d).to(x.dtype), grow, gcol, gweight, gbias
+        gx = gxt.view(w, h, b, d).permute(2, 1, 0, 3).to(x.dtype).contiguous()  # (B, H, W, D)
+        return gx, grow, gcol, gweight, gbias
 
 
 def separable_attention_projection(

@@ -7,8 +7,8 @@
   cores. The paper's optimizer, schedule, init and augmentation; attention dropout off (see below).
 - ``small6``: the paper's depth at the ``small`` width: 6 layers of width 64 (FFN 128), 9 heads, the
   small recipe (every training image, 15 epochs, attention dropout off). Measured in float32 on 2 Xeon
-  cores: about 3 hours with 9 heads alone (600-700 s per epoch), 5 to 6 beside another run; 16 heads
-  about 900 s per epoch alone (51 images/s: about 4 hours).
+  cores: about 1.8 hours with 9 heads alone (410-430 s per epoch), about twice that beside another run;
+  16 heads about 2.5 hours alone (projected from its step, 1.26x the 9-head one).
 - ``tiny``: minutes on 2 CPU cores, a smoke scale: 10,000 images, 3 epochs.
 
 Both CPU scales turn attention dropout off: a dropped matrix does not factor, so with it training takes the

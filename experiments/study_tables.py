@@ -166,13 +166,18 @@ def progress_line(state: dict[str, Any]) -> str:
     return line
 
 
-def seed_mean_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """Per model with two or more seeds: the mean test accuracy over its seeds with their spread, and the
-    per-layer locality averaged over the seeds."""
+def by_model(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The rows grouped by model (entry name), seeds in table order."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault(r["name"], []).append(r)
-    seeded = {name: runs for name, runs in groups.items() if len(runs) >= 2}
+    return groups
+
+
+def seed_mean_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Per model with two or more seeds: the mean test accuracy over its seeds with their spread, and the
+    per-layer locality averaged over the seeds."""
+    seeded = {name: runs for name, runs in by_model(rows).items() if len(runs) >= 2}
     if not seeded:
         return []
     lines = [
@@ -247,10 +252,7 @@ def comparisons(rows: list[dict[str, Any]], alpha: float = 0.05, min_seeds: int 
     McNemar's exact test for every pair of seeds, the paired bootstrap interval of the difference of the
     seed means, and an ordering only where every one of them agrees and each entry has ``min_seeds``
     seeds (with fewer, the seed-to-seed spread is not measured)."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault(r["name"], []).append(r)
-    complete = {k: v for k, v in groups.items() if all(r.get("test_correct") for r in v)}
+    complete = {k: v for k, v in by_model(rows).items() if all(r.get("test_correct") for r in v)}
     if len(complete) < 2:
         return []
     out = [

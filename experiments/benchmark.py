@@ -18,9 +18,10 @@ from typing import Any
 
 import torch
 
-from experiments.benchmark_steps import bench_model_steps, bench_training_step
+from experiments.benchmark_steps import bench_allocator, bench_model_steps, bench_training_step
 from experiments.benchmark_tools import SCALES, Scale, forward_backward, peak_memory, time_it
 from experiments.cli import ArgumentParser, main_guard, positive_int
+from sa_conv.allocator import keep_freed_memory
 from sa_conv.attention import MultiHeadSelfAttention2d
 from sa_conv.data import CIFAR10_MEAN, CIFAR10_STD, random_crop_flip
 from sa_conv.encodings import (
@@ -137,7 +138,7 @@ def bench_data(device: torch.device, min_time: float) -> dict[str, Any]:
     }
 
 
-SECTIONS = ("variants", "scaling", "training_step", "model_steps", "data")
+SECTIONS = ("allocator", "variants", "scaling", "training_step", "model_steps", "data")
 
 
 def print_report(report: dict[str, Any]) -> None:
@@ -145,6 +146,8 @@ def print_report(report: dict[str, Any]) -> None:
         f"hardware: {report['hardware'].get('gpu') or report['hardware']['cpu']} | device {report['device']}"
     )
     print(f"baseline: {BASELINE}")
+    if "allocator" in report:
+        _print_allocator(report["allocator"])
     _print_variants(report)
     _print_steps(report)
     d = report.get("data")
@@ -220,20 +223,42 @@ def _print_model_steps(m: dict[str, Any]) -> None:
         f"interleaved in one process; the default precision here: {m['default_precision']}"
     )
     print(
-        f"{'model':16} {'eager f32':>9} {'float32':>9} {'flushed':>8} {'bf16':>9} {'bf16/f32':>9} "
-        f"{'GFLOP/img':>10} {'GFLOP/s':>9}"
+        f"{'model':16} {'eager f32':>9} {'float32':>9} {'flushed':>8} {'ref f32':>9} {'vs ref':>7} "
+        f"{'bf16':>9} {'bf16/f32':>9} {'GFLOP/img':>10} {'GFLOP/s':>9}"
     )
     for r in m["rows"]:
+        ref, vs_ref = r.get("reference_float32_images_per_s"), r.get("default_over_reference")
         print(
             f"{r['model']:16} {r['eager_float32_images_per_s']:9.1f} {r['float32_images_per_s']:9.1f} "
-            f"{r['flush_speedup']:7.2f}x {r['bf16_images_per_s']:9.1f} {r['bf16_speedup']:8.2f}x "
+            f"{r['flush_speedup']:7.2f}x {_or_dash(ref, '9.1f')} {_or_dash(vs_ref, '6.2f', 'x')} "
+            f"{r['bf16_images_per_s']:9.1f} {r['bf16_speedup']:8.2f}x "
             f"{r['gflop_per_image']:10.3f} {r['default_gflop_per_s']:9.1f}"
         )
     print(
         "eager f32: float32 with denormals computed; float32: as the runs compute it (denormals flushed to "
-        "zero; 'flushed': its speed-up); GFLOP/s: in the default precision, from the counted FLOPs of the "
-        "trained path (forward + backward)"
+        "zero; 'flushed': its speed-up); ref f32: the reference computation of the attention, as the runs "
+        "compute float32 ('vs ref': the default precision's step against it); GFLOP/s: in the default "
+        "precision, from the counted FLOPs of the trained path (forward + backward)"
     )
+
+
+def _print_allocator(a: dict[str, Any]) -> None:
+    print(
+        f"\nfloat32 training steps at the {a['scale']} scale (batch {a['batch']}), images/s: glibc's "
+        f"allocator settings, then freed memory kept (measured first in the process, one phase after the "
+        f"other){'' if a['applied'] else ' -- not applied here: the C library is not glibc'}"
+    )
+    print(f"{'model':16} {'path':10} {'glibc':>9} {'kept':>9} {'speed-up':>9}")
+    for r in a["rows"]:
+        print(
+            f"{r['model']:16} {r['path']:10} {r['default_allocator_images_per_s']:9.1f} "
+            f"{r['kept_memory_images_per_s']:9.1f} {r['speedup']:8.2f}x"
+        )
+
+
+def _or_dash(value: float | None, spec: str, suffix: str = "") -> str:
+    width = int(spec.split(".")[0])
+    return "-".rjust(width + len(suffix)) if value is None else f"{value:{spec}}{suffix}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -273,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         "sizes": {k: v for k, v in scale.__dict__.items() if k not in ("model", "min_time")},
         "hardware": hardware(),
     }
+    if device.type == "cpu" and "allocator" in args.sections:  # first: it measures glibc's own settings
+        report["allocator"] = bench_allocator(args.models_scale, args.step_batch, device)
+    keep_freed_memory()  # as the runs do
     sections = {
         "variants": lambda: bench_variants(scale, device),
         "scaling": lambda: bench_scaling(scale, device),
@@ -281,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
         "data": lambda: bench_data(device, scale.min_time),
     }
     for name in args.sections:
-        report[name] = sections[name]()
+        if name in sections:
+            report[name] = sections[name]()
     print_report(report)
     if args.json:
         write_json(args.json, report)

@@ -1,6 +1,8 @@
 """The benchmark's training steps: the quadratic model's step on its fast path against the reference (with
-and without the paper's attention dropout, in float32 and bf16), and every model's step at a preset scale
-in float32 and in the default precision; each as images per second, measured in one process."""
+and without the paper's attention dropout, in float32 and bf16), every model's step at a preset scale
+in float32 (fast and reference paths) and in the default precision, and the steps of the models with
+dense attention before and after the allocator keeps freed memory; each as images per second, measured
+in one process."""
 
 from __future__ import annotations
 
@@ -13,12 +15,16 @@ from torch import nn
 
 from experiments.benchmark_tools import Scale, time_it
 from experiments.presets import preset
+from sa_conv.allocator import keep_freed_memory
 from sa_conv.attention import MultiHeadSelfAttention2d
 from sa_conv.flops import counted_flops
 from sa_conv.machine import resolve_precision
 from sa_conv.models import MODELS, create_model
 
-__all__ = ["bench_model_steps", "bench_training_step"]
+__all__ = ["ALLOCATOR_MODELS", "bench_allocator", "bench_model_steps", "bench_training_step"]
+
+# the models whose steps make large tensors anew every step (dense attention), and one that does not
+ALLOCATOR_MODELS = ("learned-content", "gaussian", "quadratic")
 
 
 def per_image_dropout(layer: MultiHeadSelfAttention2d) -> Callable[..., torch.Tensor]:
@@ -123,25 +129,72 @@ def _denormals_kept(step: Callable[[], None]) -> Callable[[], None]:
     return run
 
 
+def _on_path(model: nn.Module, impl: str) -> nn.Module:
+    """``model`` with every attention layer that has a choice of computation set to ``impl``."""
+    for layer in model.attention_layers():
+        if isinstance(layer, MultiHeadSelfAttention2d):
+            layer.impl = impl
+    return model
+
+
+def _has_reference(model: nn.Module) -> bool:
+    """Whether ``model`` has attention layers with a reference computation to compare against."""
+    return any(isinstance(layer, MultiHeadSelfAttention2d) for layer in model.attention_layers())
+
+
+def _build(name: str, scale_name: str, device: torch.device, impl: str = "auto") -> nn.Module:
+    torch.manual_seed(0)
+    return _on_path(MODELS[name].build(preset(name, scale_name).model_config).to(device).train(), impl)
+
+
+def bench_allocator(scale_name: str, batch: int, device: torch.device) -> dict[str, Any]:
+    """float32 training steps (reference and default paths) with glibc's own allocator settings, then
+    after ``keep_freed_memory``: must run before anything in the process changes them (they cannot be
+    put back), so the two phases are measured one after the other, each interleaved."""
+    paths = [(name, impl) for name in ALLOCATOR_MODELS for impl in ("reference", "auto")]
+    steps = {
+        f"{name}/{impl}": sgd_step(_build(name, scale_name, device, impl), batch, device, "32-true")
+        for name, impl in paths
+    }
+    before = interleaved(steps, device)
+    applied = keep_freed_memory()
+    after = interleaved(steps, device)
+    rows = [
+        {
+            "model": name,
+            "path": impl,
+            "default_allocator_images_per_s": batch / before[f"{name}/{impl}"],
+            "kept_memory_images_per_s": batch / after[f"{name}/{impl}"],
+            "speedup": before[f"{name}/{impl}"] / after[f"{name}/{impl}"],
+        }
+        for name, impl in paths
+    ]
+    return {"scale": scale_name, "batch": batch, "applied": applied, "rows": rows}
+
+
 def bench_model_steps(scale_name: str, batch: int, device: torch.device) -> dict[str, Any]:
     """The training step of every model at a preset scale in float32 (as the runs compute it, denormals
     flushed, and plain eager float32), and in bf16-mixed, interleaved in one process, beside which
-    precision ``auto`` picks on this device; achieved GFLOP/s from the counted FLOPs of the trained path."""
+    precision ``auto`` picks on this device, and the float32 step of the reference computation where the
+    model has one; achieved GFLOP/s from the counted FLOPs of the trained path."""
     default = resolve_precision("auto", device.type)
     rows = []
     for name in MODELS:
-        config = preset(name, scale_name).model_config
-        torch.manual_seed(0)
-        model = MODELS[name].build(config).to(device).train()
+        model = _build(name, scale_name, device)
         flops = counted_flops(model, training=True, batch=batch)
         steps = {p: sgd_step(model, batch, device, p) for p in ("32-true", "bf16-mixed")}
         if device.type == "cpu":  # flushing denormals is a CPU mode: on a GPU the two would be the same
             steps["eager"] = _denormals_kept(sgd_step(model, batch, device, "32-true"))
+        if _has_reference(model):
+            reference = _build(name, scale_name, device, "reference")
+            steps["reference"] = sgd_step(reference, batch, device, "32-true")
         seconds = interleaved(steps, device)
+        reference_speed = batch / seconds["reference"] if "reference" in seconds else None
         row = {
             "model": name,
             "eager_float32_images_per_s": batch / seconds.get("eager", seconds["32-true"]),
             "float32_images_per_s": batch / seconds["32-true"],
+            "reference_float32_images_per_s": reference_speed,
             "bf16_images_per_s": batch / seconds["bf16-mixed"],
             "gflop_per_image": flops / 1e9,
         }
@@ -149,5 +202,6 @@ def bench_model_steps(scale_name: str, batch: int, device: torch.device) -> dict
         row["flush_speedup"] = row["float32_images_per_s"] / row["eager_float32_images_per_s"]
         fastest = row["bf16_images_per_s"] if default == "bf16-mixed" else row["float32_images_per_s"]
         row["default_gflop_per_s"] = flops * fastest / 1e9
+        row["default_over_reference"] = fastest / reference_speed if reference_speed else None
         rows.append(row)
     return {"scale": scale_name, "batch": batch, "default_precision": default, "rows": rows}

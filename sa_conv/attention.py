@@ -26,9 +26,12 @@ Computations (``impl``):
 - ``"sdpa"``: input-dependent attention through ``F.scaled_dot_product_attention`` with every
   non-content logit term as a float32 bias and its dropout (one mask per image, as the paper's code
   for content attention); ``auto`` takes it on CUDA; on CPU it measured no faster than the reference.
+- ``"tiled"``: content attention one image at a time, its ``(heads, N, N)`` tile kept in cache
+  (sa_conv.tiled); every other logit term is a float32 bias. No attention dropout.
 - ``"auto"`` (default): the fastest exact path: ``separable`` or ``shared`` for positional-only
-  attention (``shared`` while dropout is active), ``sdpa`` on CUDA or ``reference`` for
-  input-dependent attention. The fast paths are exact, not approximations.
+  attention (``shared`` while dropout is active); for input-dependent attention ``sdpa`` on CUDA,
+  ``tiled`` on other devices for content attention without active dropout, else ``reference``. The
+  fast paths are exact, not approximations.
 
 The computation is chosen once per call (``resolved_impl``) from a table of methods; ``forward``
 returns the output, and ``logits`` / ``probabilities`` say what the heads attend to.
@@ -46,11 +49,12 @@ from torch import Tensor, nn
 from sa_conv.autocast import autocast_enabled, no_autocast
 from sa_conv.encodings import PositionalEncoding
 from sa_conv.separable import separable_attention_projection
+from sa_conv.tiled import tiled_content_attention
 
 __all__ = ["IMPLS", "Impl", "MultiHeadSelfAttention2d"]
 
-Impl = Literal["auto", "reference", "shared", "separable", "sdpa"]
-IMPLS: tuple[str, ...] = ("auto", "reference", "shared", "separable", "sdpa")
+Impl = Literal["auto", "reference", "shared", "separable", "sdpa", "tiled"]
+IMPLS: tuple[str, ...] = ("auto", "reference", "shared", "separable", "sdpa", "tiled")
 
 
 class MultiHeadSelfAttention2d(nn.Module):
@@ -128,6 +132,8 @@ class MultiHeadSelfAttention2d(nn.Module):
             )
         if value == "sdpa" and not self.input_dependent:
             raise ValueError("impl='sdpa' needs input-dependent attention (content=True or a query term)")
+        if value == "tiled" and not self.content:
+            raise ValueError("impl='tiled' needs content attention (content=True)")
         self._impl = value
 
     @property
@@ -141,7 +147,9 @@ class MultiHeadSelfAttention2d(nn.Module):
             return self._impl
         dropout = self.training and self.attn_dropout.p > 0
         if self.input_dependent:  # fused SDPA kernels (dropout and a float bias) on CUDA; no faster on CPU
-            return "sdpa" if torch.device(device).type == "cuda" else "reference"
+            if torch.device(device).type == "cuda":
+                return "sdpa"
+            return "tiled" if self.content and not dropout else "reference"
         if dropout:  # the paper's one mask per step on the batch-free probabilities
             return "shared"
         return "separable" if self.encoding.separable else "shared"
@@ -214,6 +222,18 @@ class MultiHeadSelfAttention2d(nn.Module):
             else:  # no content logit: the bias alone
                 heads_out = F.dropout(bias.softmax(-1), p, self.training) @ v.to(dtype)
         return self._project(heads_out.transpose(1, 2), h, w)
+
+    def _tiled(self, x: Tensor) -> Tensor:
+        """Content attention one image at a time (``sa_conv.tiled``), every other logit term a float bias."""
+        if self.training and self.attn_dropout.p > 0:
+            raise ValueError("impl='tiled' cannot apply attention dropout; use 'reference' or 'auto'")
+        b, h, w, d = x.shape
+        dtype = _softmax_dtype(x)
+        q, k = self._queries_keys(x)
+        bias = self._bias(q, k, h, w, dtype)  # (1|B, heads, N, N) or None
+        q, k = q.transpose(1, 2).to(dtype), k.transpose(1, 2).to(dtype)  # (B, N, heads, D): no copies
+        heads_out = tiled_content_attention(q, k, x.reshape(b, h * w, d), bias, 1 / math.sqrt(self.dim))
+        return self._project(heads_out, h, w)  # heads_out (B, N, heads, D)
 
     def _project(self, heads_out: Tensor, h: int, w: int) -> Tensor:
         """The heads ``(B, N, heads, D)`` concatenated and projected: ``(B, H, W, out_dim)``."""
@@ -315,6 +335,7 @@ _COMPUTATIONS = {
     "shared": MultiHeadSelfAttention2d._shared,
     "separable": MultiHeadSelfAttention2d._separable,
     "sdpa": MultiHeadSelfAttention2d._sdpa,
+    "tiled": MultiHeadSelfAttention2d._tiled,
 }
 
 

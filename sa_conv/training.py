@@ -25,6 +25,7 @@ from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from sa_conv import __version__
+from sa_conv.allocator import keep_freed_memory
 from sa_conv.analysis import layer_summary
 from sa_conv.callbacks import AttentionFigures, TrainingProgress
 from sa_conv.checkpointing import (
@@ -108,6 +109,7 @@ def train(
         config = settle_precision(config, options.accelerator, resume.stored if resume else None)
         warn_slow_bf16(config, options.accelerator)
         flush_denormals()
+        keep_freed_memory()  # every step makes the same large tensors: no fresh pages for them
         if torch.cuda.is_available() and options.accelerator != "cpu":  # TF32 tensor cores, or not
             torch.set_float32_matmul_precision("high" if config.tf32 else "highest")
         pl.seed_everything(config.seed, workers=True, verbose=False)

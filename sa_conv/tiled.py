@@ -64,7 +64,8 @@ class _TiledContentAttention(torch.autograd.Function):
         gk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
         gx = torch.empty(x.shape, dtype=dtype, device=x.device)  # (B, N, D)
         shared = ctx.bias_shape is not None and ctx.bias_shape[0] == 1
-        gbias = None if ctx.bias_shape is None else q.new_zeros(ctx.bias_shape)  # summed when shared
+        wants_bias = ctx.bias_shape is not None and ctx.needs_input_grad[3]
+        gbias = q.new_zeros(ctx.bias_shape) if wants_bias else None  # (1|B, heads, N, N): summed when shared
         tile = _Tiles(q, heads, n, d, dtype)
         rows = q.new_empty(heads, n, 1)  # sum over keys of p * gp
         for i in range(b):
@@ -94,7 +95,7 @@ class _Tiles:
         self.product = like.new_empty(heads, n, n, dtype=dtype)
         self.grad = like.new_empty(heads, n, d, dtype=dtype)
         self.same = dtype == like.dtype
-        self.wide = self.logits if self.same else like.new_empty(heads, n, n)
+        self.wide = None if self.same else like.new_empty(heads, n, n)
 
     def cast(self, t: Tensor) -> Tensor:
         """``t (heads, N, N)`` (logit dtype) in the product dtype."""
@@ -103,8 +104,8 @@ class _Tiles:
     def uncast(self, t: Tensor) -> Tensor:
         """``t`` (product dtype, in ``product``) as ``(heads, N, N)`` in the logit dtype, in a buffer of
         its own."""
-        t = t.view_as(self.wide)
-        return t if self.same else self.wide.copy_(t)
+        t = t.view(self.logits.shape)
+        return t if self.wide is None else self.wide.copy_(t)
 
 
 def tiled_content_attention(q: Tensor, k: Tensor, x: Tensor, bias: Tensor | None, scale: float) -> Tensor:

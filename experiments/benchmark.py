@@ -40,8 +40,11 @@ BASELINE = (
 )
 
 
-def variants(dim: int, heads: int, grid: int) -> dict[str, tuple[MultiHeadSelfAttention2d, str]]:
-    """Each attention variant at one size, with its fast path."""
+def variants(
+    dim: int, heads: int, grid: int, device: torch.device
+) -> dict[str, tuple[MultiHeadSelfAttention2d, str]]:
+    """Each attention variant at one size, with its fast path on ``device``."""
+    content = "sdpa" if device.type == "cuda" else "tiled"
     return {
         "quadratic": (MultiHeadSelfAttention2d(dim, heads, encoding=QuadraticEncoding(heads)), "separable"),
         "gaussian": (MultiHeadSelfAttention2d(dim, heads, encoding=GaussianEncoding(heads)), "shared"),
@@ -53,13 +56,13 @@ def variants(dim: int, heads: int, grid: int) -> dict[str, tuple[MultiHeadSelfAt
             MultiHeadSelfAttention2d(
                 dim, heads, encoding=LearnedRelativeEncoding(heads, dim, max_size=grid), content=True
             ),
-            "sdpa",
+            content,
         ),
         "composite": (
             MultiHeadSelfAttention2d(
                 dim, heads, encoding=CompositeRelativeEncoding(heads, dim), content=True
             ),
-            "sdpa",
+            content,
         ),
     }
 
@@ -76,7 +79,7 @@ def projection_floor(
 
 def bench_variants(scale: Scale, device: torch.device) -> list[dict[str, Any]]:
     rows = []
-    for name, (layer, fast) in variants(scale.dim, scale.heads, scale.grid).items():
+    for name, (layer, fast) in variants(scale.dim, scale.heads, scale.grid, device).items():
         layer = layer.to(device).train()
         x = torch.randn(scale.batch, scale.grid, scale.grid, scale.dim, device=device, requires_grad=True)
         grad = torch.randn(scale.batch, scale.grid, scale.grid, scale.dim, device=device)

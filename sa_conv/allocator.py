@@ -5,9 +5,12 @@ threshold (at most 32 MiB) with a fresh ``mmap`` and returns it to the kernel wh
 trims freed memory at the top of its heap: a training step that makes the same large tensors as the
 step before (content attention's ``(B, heads, N, N)`` logits and probabilities: 236 MB each at the
 ``small`` scale) gets new pages every time, and the kernel faults in and zeroes each 4 KiB page on its
-first write. Measured on the ``small`` learned-content step (one thread, float32): 24 images/s with
-glibc's defaults, 40 with freed memory kept (docs/performance.md). Kept memory stays with the process
-(its resident size stays near its peak), which a training process wants anyway.
+first write; ``python -m experiments.benchmark --sections allocator`` measures the steps before and after
+(docs/performance.md). Kept memory stays with the process (its resident size stays near its peak),
+which a training process wants anyway. A step's tensors, freed together, are made again mostly in pages
+already faulted in (tests/test_allocator.py); a lone large tensor made again is not always (glibc's
+aligned allocation asks a few bytes more than the block it freed). Where another allocator is preloaded
+(jemalloc, tcmalloc) the call reaches glibc's unused one and changes nothing.
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ Computations (``impl``):
   (sa_conv.tiled); every other logit term is a float32 bias. No attention dropout.
 - ``"auto"`` (default): the fastest exact path: ``separable`` or ``shared`` for positional-only
   attention (``shared`` while dropout is active); for input-dependent attention ``sdpa`` on CUDA,
-  ``tiled`` on other devices for content attention without active dropout, else ``reference``. The
-  fast paths are exact, not approximations.
+  ``tiled`` on a CPU for content attention without active dropout (outside torch.compile), else
+  ``reference``. The fast paths are exact, not approximations.
 
 The computation is chosen once per call (``resolved_impl``) from a table of methods; ``forward``
 returns the output, and ``logits`` / ``probabilities`` say what the heads attend to.
@@ -147,9 +147,12 @@ class MultiHeadSelfAttention2d(nn.Module):
             return self._impl
         dropout = self.training and self.attn_dropout.p > 0
         if self.input_dependent:  # fused SDPA kernels (dropout and a float bias) on CUDA; no faster on CPU
-            if torch.device(device).type == "cuda":
+            kind = torch.device(device).type
+            if kind == "cuda":
                 return "sdpa"
-            return "tiled" if self.content and not dropout else "reference"
+            # tiled: a CPU's caches (meta: the FLOP count); not traced by torch.compile (a loop per image)
+            cpu = kind in ("cpu", "meta") and not torch.compiler.is_compiling()
+            return "tiled" if cpu and self.content and not dropout else "reference"
         if dropout:  # the paper's one mask per step on the batch-free probabilities
             return "shared"
         return "separable" if self.encoding.separable else "shared"
@@ -231,7 +234,7 @@ class MultiHeadSelfAttention2d(nn.Module):
         dtype = _softmax_dtype(x)
         q, k = self._queries_keys(x)
         bias = self._bias(q, k, h, w, dtype)  # (1|B, heads, N, N) or None
-        q, k = q.transpose(1, 2).to(dtype), k.transpose(1, 2).to(dtype)  # (B, N, heads, D): no copies
+        q, k = q.transpose(1, 2).to(dtype), k.transpose(1, 2).to(dtype)  # (B, N, heads, D), contiguous
         heads_out = tiled_content_attention(q, k, x.reshape(b, h * w, d), bias, 1 / math.sqrt(self.dim))
         return self._project(heads_out, h, w)  # heads_out (B, N, heads, D)
 

@@ -4,8 +4,9 @@ Dense content attention makes three ``(B, heads, N, N)`` tensors (logits, probab
 and passes over each several times: at the ``small`` scale every one is 236 MB, far beyond a CPU's
 caches, so the dense path spends its time streaming memory. This kernel walks the batch one image at a
 time: the image's logits ``scale q k^T + bias`` are one fused product, the softmax is written straight
-into the probabilities kept for backward, and the mixing with the values is one matrix product for all
-heads at once (the values are the tokens themselves, shared by every head: ``(heads * N, N) @ (N, D)``).
+into the probabilities kept for backward, and the mixing with the values is one batched product over the
+heads of the same ``(N, D)`` tokens (the values are the tokens themselves), written straight into the
+heads' side-by-side layout that the output projection takes.
 Backward walks the batch again: the probabilities' gradient, the softmax backward, and the four
 gradients of the image, each tile read while it is still in cache. Same products and FLOPs as the dense
 path; no attention dropout (a dropped tensor would have to be kept per image: the dense path does that).
@@ -29,12 +30,13 @@ __all__ = ["tiled_content_attention"]
 
 class _TiledContentAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, q: Tensor, k: Tensor, x: Tensor, bias: Tensor | None, scale: float) -> Tensor:
+    def forward(
+        ctx: Any, q: Tensor, k: Tensor, x: Tensor, bias: Tensor | None, scale: float, keep: bool
+    ) -> Tensor:
         # q, k (B, N, heads, D) in the logit dtype; x (B, N, D); bias (1|B, heads, N, N) or None
         b, n, heads, d = q.shape
         dtype = autocast_dtype(x.device, x.dtype)  # the mixing's product dtype
         xc = x.to(dtype)
-        keep = any(ctx.needs_input_grad)
         probs = q.new_empty(b if keep else 1, heads, n, n)  # (B|1, heads, N, N): kept for backward
         out = torch.empty(b, n, heads, d, dtype=dtype, device=x.device)  # (B, N, heads, D)
         tile = _Tiles(q, heads, n, d, dtype)  # one image's buffers, reused: no allocation per image
@@ -55,6 +57,7 @@ class _TiledContentAttention(torch.autograd.Function):
         return out
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # its products write into buffers: no double backward
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         q, k, x, probs = ctx.saved_tensors
         scale, dtype = ctx.scale, ctx.dtype
@@ -65,7 +68,9 @@ class _TiledContentAttention(torch.autograd.Function):
         gx = torch.empty(x.shape, dtype=dtype, device=x.device)  # (B, N, D)
         shared = ctx.bias_shape is not None and ctx.bias_shape[0] == 1
         wants_bias = ctx.bias_shape is not None and ctx.needs_input_grad[3]
-        gbias = q.new_zeros(ctx.bias_shape) if wants_bias else None  # (1|B, heads, N, N): summed when shared
+        gbias = None  # (1|B, heads, N, N): summed over the batch when shared
+        if wants_bias:
+            gbias = q.new_zeros(ctx.bias_shape) if shared else q.new_empty(ctx.bias_shape)
         tile = _Tiles(q, heads, n, d, dtype)
         rows = q.new_empty(heads, n, 1)  # sum over keys of p * gp
         for i in range(b):
@@ -76,12 +81,14 @@ class _TiledContentAttention(torch.autograd.Function):
             # softmax backward: d logits = p * (gp - sum_keys(p * gp))
             torch.sum(torch.mul(p, gp, out=tile.logits), -1, keepdim=True, out=rows)
             gl = gp.sub_(rows).mul_(p)  # (heads, N, N)
-            if gbias is not None:
-                gbias[0 if shared else i] += gl
+            if gbias is not None and shared:
+                gbias[0] += gl
+            elif gbias is not None:
+                gbias[i] = gl
             qi, ki = q[i].transpose(0, 1), k[i].transpose(0, 1)  # (heads, N, D)
             torch.baddbmm(qi, gl, ki, beta=0, alpha=scale, out=gq[i].transpose(0, 1))
             torch.baddbmm(ki, gl.transpose(1, 2), qi, beta=0, alpha=scale, out=gk[i].transpose(0, 1))
-        return gq, gk, gx.to(x.dtype), gbias, None
+        return gq, gk, gx.to(x.dtype), gbias, None, None
 
 
 class _Tiles:
@@ -115,4 +122,6 @@ def tiled_content_attention(q: Tensor, k: Tensor, x: Tensor, bias: Tensor | None
     the heads, ``bias (1|B, heads, N, N)`` in the logit dtype or None; returns ``(B, N, heads, D)`` (the
     heads side by side, as the output projection takes them) in the product dtype.
     """
-    return _TiledContentAttention.apply(q, k, x, bias, scale)
+    inputs = (q, k, x) if bias is None else (q, k, x, bias)
+    keep = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)  # probabilities for backward
+    return _TiledContentAttention.apply(q, k, x, bias, scale, keep)

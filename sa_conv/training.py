@@ -109,9 +109,10 @@ def train(
         config = settle_precision(config, options.accelerator, resume.stored if resume else None)
         warn_slow_bf16(config, options.accelerator)
         flush_denormals()
-        keep_freed_memory()  # every step makes the same large tensors: no fresh pages for them
         if torch.cuda.is_available() and options.accelerator != "cpu":  # TF32 tensor cores, or not
             torch.set_float32_matmul_precision("high" if config.tf32 else "highest")
+        else:  # every CPU step makes the same large tensors: pages already faulted in, not fresh ones
+            keep_freed_memory()
         pl.seed_everything(config.seed, workers=True, verbose=False)
         module = module if module is not None else module_for(config)
         flops = _flops(module, config)

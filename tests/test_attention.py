@@ -10,6 +10,7 @@ from sa_conv.encodings import (
     LearnedRelativeEncoding,
     QuadraticEncoding,
 )
+from sa_conv.tiled import tiled_content_attention
 
 
 def make(kind: str, dim: int = 8, heads: int = 3, **kw) -> MultiHeadSelfAttention2d:
@@ -270,6 +271,42 @@ def test_tiled_path_without_gradients_equals_reference(kind):
     x = torch.randn(3, 6, 7, 16)
     with torch.no_grad():
         torch.testing.assert_close(fast(x), ref(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("batch", "heads"), [(1, 1), (2, 2), (3, 1)])
+@pytest.mark.parametrize("bias", ["none", "shared", "per-image"])
+def test_tiled_kernel_gradients_pass_gradcheck(batch, heads, bias):
+    """The kernel alone, in float64, against finite differences (every input that has a gradient)."""
+    n, d = 5, 3
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(batch, n, heads, d, generator=g, dtype=torch.float64) for _ in range(2))
+    x = torch.randn(batch, n, d, generator=g, dtype=torch.float64)
+    b = {"none": None, "shared": 1, "per-image": batch}[bias]
+    logits = None if b is None else torch.randn(b, heads, n, n, generator=g, dtype=torch.float64)
+    inputs = [t.requires_grad_() for t in (q, k, x, logits) if t is not None]
+
+    def kernel(*args):
+        return tiled_content_attention(*args[:3], args[3] if len(args) > 3 else None, 0.7)
+
+    assert torch.autograd.gradcheck(kernel, inputs)
+
+
+def test_tiled_saves_the_probabilities_only_for_backward():
+    q, k = torch.randn(2, 6, 2, 4), torch.randn(2, 6, 2, 4)
+    x = torch.randn(2, 6, 4, requires_grad=True)
+    with torch.no_grad():
+        y = tiled_content_attention(q, k, x, None, 0.5)
+    assert y.grad_fn is None
+    y = tiled_content_attention(q, k, x, None, 0.5)
+    assert y.grad_fn is not None and y.grad_fn.saved_tensors[3].shape == (2, 2, 6, 6)  # (B, heads, N, N)
+
+
+def test_auto_leaves_tiled_to_the_cpu_and_out_of_compiled_graphs(monkeypatch):
+    layer = make("content").train()
+    assert layer.resolved_impl("meta") == "tiled"  # the FLOP count follows the CPU's path
+    assert layer.resolved_impl("mps") == "reference"
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert layer.resolved_impl("cpu") == "reference"
 
 
 def test_tiled_refuses_dropout_in_training_and_positional_only_attention():

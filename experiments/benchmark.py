@@ -62,7 +62,7 @@ def variants(
             MultiHeadSelfAttention2d(
                 dim, heads, encoding=CompositeRelativeEncoding(heads, dim), content=True
             ),
-            content,
+            content,  # measured, though auto keeps the reference on a CPU (the bias is per image)
         ),
     }
 

@@ -30,8 +30,8 @@ Computations (``impl``):
   (sa_conv.tiled); every other logit term is a float32 bias. No attention dropout.
 - ``"auto"`` (default): the fastest exact path: ``separable`` or ``shared`` for positional-only
   attention (``shared`` while dropout is active); for input-dependent attention ``sdpa`` on CUDA,
-  ``tiled`` on a CPU for content attention without active dropout (outside torch.compile), else
-  ``reference``. The fast paths are exact, not approximations.
+  ``tiled`` on a CPU for content attention with a batch-free bias and no active dropout (outside
+  torch.compile), else ``reference``. The fast paths are exact, not approximations.
 
 The computation is chosen once per call (``resolved_impl``) from a table of methods; ``forward``
 returns the output, and ``logits`` / ``probabilities`` say what the heads attend to.
@@ -150,9 +150,11 @@ class MultiHeadSelfAttention2d(nn.Module):
             kind = torch.device(device).type
             if kind == "cuda":
                 return "sdpa"
-            # tiled: a CPU's caches (meta: the FLOP count); not traced by torch.compile (a loop per image)
+            # tiled: a CPU's caches (meta: the FLOP count); not traced by torch.compile (a loop per image);
+            # not with a per-image bias (composite): measured no faster than the reference there
             cpu = kind in ("cpu", "meta") and not torch.compiler.is_compiling()
-            return "tiled" if cpu and self.content and not dropout else "reference"
+            batch_free_bias = not (self.query_term or self.key_term)
+            return "tiled" if cpu and self.content and batch_free_bias and not dropout else "reference"
         if dropout:  # the paper's one mask per step on the batch-free probabilities
             return "shared"
         return "separable" if self.encoding.separable else "shared"

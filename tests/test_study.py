@@ -30,8 +30,15 @@ def test_report_trains_nothing_and_lists_every_unfinished_run(tmp_path: Path) ->
     for entry in study.STUDIES["small"]:
         for seed in entry.seeds:
             assert f"{entry.name} seed {seed}" in text
-    assert "6 epochs (budget)" in text
     assert json.loads((out / "small.json").read_text()) == []
+
+
+def test_an_entry_note_is_shown_beside_its_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    budget = Entry("learned-content", "learned-content", (0,), {"epochs": 6}, note="6 epochs (budget)")
+    monkeypatch.setitem(study.STUDIES, "small", (budget,))
+    out = tmp_path / "results"
+    assert study.main(["--scale", "small", "--synthetic", "--out", str(out), "--report", "--no-figures"]) == 0
+    assert "6 epochs (budget)" in (out / "small.md").read_text()
 
 
 @pytest.mark.slow

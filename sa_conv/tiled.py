@@ -73,9 +73,10 @@ class _TiledContentAttention(torch.autograd.Function):
             gbias = q.new_zeros(ctx.bias_shape) if shared else q.new_empty(ctx.bias_shape)
         tile = _Tiles(q, heads, n, d, dtype)
         rows = q.new_empty(heads, n, 1)  # sum over keys of p * gp
+        heads_grad = torch.empty(heads, n, d, dtype=dtype, device=q.device)  # one image's output gradient
         for i in range(b):
             p = probs[i]  # (heads, N, N)
-            gi = tile.grad.copy_(grad[i].transpose(0, 1)).view(heads * n, d)  # (heads * N, D)
+            gi = heads_grad.copy_(grad[i].transpose(0, 1)).view(heads * n, d)  # (heads * N, D)
             torch.mm(tile.cast(p).view(heads * n, n).T, gi, out=gx[i])  # (N, D): sum over heads
             gp = tile.uncast(torch.mm(gi, xc[i].T, out=tile.product.view(heads * n, n)))  # d loss / d p
             # softmax backward: d logits = p * (gp - sum_keys(p * gp))
@@ -94,13 +95,11 @@ class _TiledContentAttention(torch.autograd.Function):
 class _Tiles:
     """One image's buffers, allocated once per call: fresh large tensors per image would each pay the
     page faults of new memory. ``logits (heads, N, N)`` in the logit dtype, ``product`` in the mixing's
-    dtype with ``cast`` and ``uncast`` between the two (no copies when they agree), ``grad (heads, N, D)``
-    in the mixing's dtype."""
+    dtype with ``cast`` and ``uncast`` between the two (no copies when they agree)."""
 
     def __init__(self, like: Tensor, heads: int, n: int, d: int, dtype: torch.dtype) -> None:
         self.logits = like.new_empty(heads, n, n)
         self.product = like.new_empty(heads, n, n, dtype=dtype)
-        self.grad = like.new_empty(heads, n, d, dtype=dtype)
         self.same = dtype == like.dtype
         self.wide = None if self.same else like.new_empty(heads, n, n)
 

@@ -13,14 +13,13 @@ import copy
 import math
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from experiments.benchmark_steps import bench_allocator, bench_model_steps, bench_training_step
 from experiments.benchmark_tools import SCALES, Scale, forward_backward, peak_memory, time_it
-from experiments.cli import ArgumentParser, main_guard, positive_int
+from experiments.cli import ArgumentParser, main_guard, output_file, positive_int
 from sa_conv.allocator import keep_freed_memory
 from sa_conv.attention import MultiHeadSelfAttention2d
 from sa_conv.data import CIFAR10_MEAN, CIFAR10_STD, random_crop_flip
@@ -270,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         "--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cpu", "cuda")
     )
     parser.add_argument("--scale", default="paper", choices=tuple(SCALES))
-    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--json", type=output_file, help="also write the results here")
     parser.add_argument(
         "--models-scale",
         default="small",

@@ -30,9 +30,14 @@ __all__ = [
     "datamodule_of_checkpoint",
     "flag",
     "main_guard",
+    "output_file",
+    "output_folder",
+    "positive_float",
     "positive_int",
+    "seed_int",
 ]
 
+SYNTHETIC_SIZE = 512  # synthetic training images unless --synthetic-size says otherwise
 DEFAULT_DATA_DIR = Path("data/cifar10")  # where torchvision downloads CIFAR-10 when no --data-dir is given
 
 
@@ -64,6 +69,53 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
     return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (a tolerance, a scale)."""
+    value = _float(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+SEED_MAX = 2**32 - 1  # numpy's seeds (Lightning seeds numpy too)
+
+
+def seed_int(text: str) -> int:
+    """argparse type: a random seed, 0 to 2**32 - 1."""
+    value = _int(text)
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"a seed is 0 to {SEED_MAX}, got {text}")
+    return value
+
+
+def output_file(text: str) -> Path:
+    """argparse type: a file the program will write, checked before any work: not a folder, in a folder
+    that exists or can be made, and writable."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is a folder: name a file in it")
+    _check_writable(path.parent, path)
+    return path
+
+
+def output_folder(text: str) -> Path:
+    """argparse type: a folder the program will write into (made if missing), checked before any work."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is a file, not a folder")
+    _check_writable(path, path)
+    return path
+
+
+def _check_writable(folder: Path, path: Path) -> None:
+    """``folder`` (or, while it does not exist, its nearest existing parent) takes a new file."""
+    from sa_conv.files import can_write_in
+
+    reason = can_write_in(folder)
+    if reason:
+        raise argparse.ArgumentTypeError(f"cannot write {path}: {reason}")
 
 
 def _int(text: str) -> int:
@@ -167,14 +219,17 @@ def add_config_flags(
 def data_flags(group: argparse._ActionsContainer, *, default_note: str | None = None) -> None:
     """``--data-dir``, ``--synthetic`` and ``--synthetic-size``."""
     note = default_note or f"download CIFAR-10 to {DEFAULT_DATA_DIR}"
-    group.add_argument(
+    source = group.add_mutually_exclusive_group()  # one source of images: real ones or synthetic ones
+    source.add_argument(
         "--data-dir",
         type=Path,
         help=f"an ImageFolder tree (train/, test/) or a torchvision CIFAR-10 root (default: {note})",
     )
-    group.add_argument("--synthetic", action="store_true", help="synthetic images (smoke runs, tests)")
+    source.add_argument("--synthetic", action="store_true", help="synthetic images (smoke runs, tests)")
     group.add_argument(
-        "--synthetic-size", type=positive_int, default=512, help="synthetic training images (default: 512)"
+        "--synthetic-size",
+        type=positive_int,
+        help=f"synthetic training images (default: {SYNTHETIC_SIZE}, or the checkpoint's run's)",
     )
 
 
@@ -198,7 +253,7 @@ def datamodule_from_flags(args: argparse.Namespace, config: Any) -> Any:
         config,
         data_dir=args.data_dir or DEFAULT_DATA_DIR,
         synthetic=args.synthetic,
-        synthetic_size=args.synthetic_size,
+        synthetic_size=args.synthetic_size or SYNTHETIC_SIZE,
     )
 
 
@@ -227,7 +282,7 @@ def datamodule_of_checkpoint(
         config,
         data_dir=data_dir or DEFAULT_DATA_DIR,
         synthetic=synthetic,
-        synthetic_size=trained.get("synthetic_size", args.synthetic_size),
+        synthetic_size=args.synthetic_size or trained.get("synthetic_size", SYNTHETIC_SIZE),
     )
 
 

@@ -23,7 +23,10 @@ from experiments.cli import (
     data_flags,
     datamodule_of_checkpoint,
     main_guard,
+    output_file,
+    positive_float,
     positive_int,
+    seed_int,
 )
 from sa_conv.attention import MultiHeadSelfAttention2d
 from sa_conv.conversion import conv_to_attention
@@ -66,12 +69,12 @@ def build_parser() -> ArgumentParser:
     conv.add_argument("--batch", type=positive_int, default=4)
     check = parser.add_argument_group("the check")
     check.add_argument("--alpha", type=float, default=46.0, help="quadratic encoding sharpness (paper: 46)")
-    check.add_argument("--tolerance", type=float, default=1e-5, help="max relative error to PASS")
+    check.add_argument("--tolerance", type=positive_float, default=1e-5, help="max relative error to PASS")
     check.add_argument("--max-heads", type=int, help="refuse kernels that need more heads than this")
     check.add_argument("--impl", default="auto", choices=("auto", "reference", "separable"))
-    check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--seed", type=seed_int, default=0)
     check.add_argument("--sweep-alpha", action="store_true", help="error for alpha = 1..100")
-    check.add_argument("--figure", type=Path, help="save the conversion picture (2D) to this PNG")
+    check.add_argument("--figure", type=output_file, help="save the conversion picture (2D) to this PNG")
     ckpt = parser.add_argument_group("a trained network (a checkpoint made by experiments.run)")
     ckpt.add_argument(
         "--checkpoint", type=Path, help="a resnet18 (--layer, --all) or SA (--to-conv) checkpoint"
@@ -86,7 +89,7 @@ def build_parser() -> ArgumentParser:
     what.add_argument("--to-conv", action="store_true", help="replace attention layers by their convolutions")
     ckpt.add_argument("--layers", type=_ints, help="--to-conv: the layers (1-based, e.g. 1,2; default all)")
     data_flags(ckpt, default_note="the checkpoint's own data")
-    ckpt.add_argument("--json", type=Path, help="--all / --to-conv: also write the report here")
+    ckpt.add_argument("--json", type=output_file, help="--all / --to-conv: also write the report here")
     return parser
 
 

@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-from experiments.cli import ArgumentParser, main_guard, positive_int
+from experiments.cli import ArgumentParser, main_guard, positive_float, positive_int, seed_int
 from sa_conv.attention import MultiHeadSelfAttention2d
 from sa_conv.conversion import local_attention_as_conv
 from sa_conv.encodings import CompositeRelativeEncoding
@@ -59,8 +59,8 @@ def check(term: str, mask: bool, window: int, gen: torch.Generator, trials: int)
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m experiments.equivalence", description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=positive_int, default=5, help="random instances per case")
-    parser.add_argument("--tolerance", type=float, default=1e-5)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tolerance", type=positive_float, default=1e-5)
+    parser.add_argument("--seed", type=seed_int, default=0)
     args = parser.parse_args(argv)
     gen = torch.Generator().manual_seed(args.seed)
     print(f"{'term':6} {'window':8} {'conv':18} {'interior error':>15} {'renormalized error':>19}  result")

@@ -22,6 +22,7 @@ from experiments.cli import (
     data_flags,
     datamodule_of_checkpoint,
     main_guard,
+    output_file,
     positive_int,
 )
 from sa_conv.checkpointing import CheckpointError, read_checkpoint
@@ -34,14 +35,14 @@ from sa_conv.lit import ImageClassifier
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(prog="python -m experiments.explore", description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint", type=Path)
-    parser.add_argument("--out", type=Path, help="the page (default: explorer.html in the run folder)")
+    parser.add_argument("--out", type=output_file, help="the page (default: explorer.html in the run folder)")
     parser.add_argument("--images", type=positive_int, default=8, help="test images in the page (default: 8)")
     data_flags(parser, default_note="the checkpoint's own data")
     shot = parser.add_argument_group("a screenshot of the page (headless Chromium, through playwright)")
     shot.add_argument(
-        "--screenshot", type=Path, help="also save the page, as a browser draws it, to this PNG"
+        "--screenshot", type=output_file, help="also save the page, as a browser draws it, to this PNG"
     )
-    shot.add_argument("--layer", type=positive_int, default=1, help="the layer shown (default: 1)")
+    shot.add_argument("--layer", type=positive_int, help="the layer shown (default: 1)")
     shot.add_argument("--query", type=int, nargs=2, metavar=("ROW", "COL"), help="the query pixel pointed at")
     return parser
 
@@ -80,6 +81,17 @@ def screenshot(page: Path, png: Path, *, layer: int, query: tuple[int, int] | No
         browser.close()
 
 
+def check_view(backbone: Any, *, layer: int | None, query: list[int] | None) -> None:
+    """``UserError`` for a layer or query pixel the model does not have (before anything is written)."""
+    layers, grid = len(backbone.blocks), backbone.config.grid
+    if layer is not None and layer > layers:
+        raise UserError(f"--layer {layer}: the model has {layers} layers")
+    if query is not None and not all(0 <= q < grid for q in query):
+        raise UserError(
+            f"--query {query[0]} {query[1]} is outside the {grid}x{grid} token grid (0 to {grid - 1})"
+        )
+
+
 def default_out(checkpoint: Path) -> Path:
     """``explorer.html`` in the run folder of a run's checkpoint, else beside the checkpoint."""
     folder = checkpoint.resolve().parent
@@ -113,11 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or default_out(args.checkpoint)
     if out.is_dir():
         raise UserError(f"--out {out} is a folder: name the page's file, e.g. {out / 'explorer.html'}")
+    if args.screenshot is None and (args.layer is not None or args.query is not None):
+        raise UserError("--layer and --query choose what --screenshot shows: give --screenshot PNG")
     ckpt = read_checkpoint(args.checkpoint)
     module = ImageClassifier.from_checkpoint(ckpt)
     model = ckpt["hyper_parameters"]["model"]
     if not module.backbone.has_attention:
         raise UserError(f"{args.checkpoint} is a {model} checkpoint: it has no attention to explore")
+    check_view(module.backbone, layer=args.layer, query=args.query)
     images, normalized, note = images_for(ckpt, args, args.images)
     metrics = default_out(args.checkpoint).with_name("metrics.json")
     test_acc = json.loads(metrics.read_text()).get("test_acc") if metrics.is_file() else None
@@ -132,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     path = write_explorer(out, explorer_data(module.backbone, images, normalized, meta=meta))
     print(f"{path} ({path.stat().st_size / 2**20:.1f} MiB)")
     if args.screenshot is not None:
-        screenshot(path, args.screenshot, layer=args.layer, query=tuple(args.query) if args.query else None)
+        query = tuple(args.query) if args.query else None
+        screenshot(path, args.screenshot, layer=args.layer or 1, query=query)
         print(args.screenshot)
     return 0
 

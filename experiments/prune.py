@@ -22,6 +22,9 @@ from experiments.cli import (
     data_flags,
     datamodule_of_checkpoint,
     main_guard,
+    output_file,
+    output_folder,
+    positive_float,
     positive_int,
 )
 from sa_conv.checkpointing import read_checkpoint, run_config_of
@@ -37,10 +40,14 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("checkpoint", type=Path)
     data_flags(parser, default_note="the checkpoint's own data")
     parser.add_argument("--epochs", type=positive_int, default=100, help="fine-tuning epochs (default: 100)")
-    parser.add_argument("--lr", type=float, default=0.01, help="fine-tuning learning rate (default: 0.01)")
+    parser.add_argument(
+        "--lr", type=positive_float, default=0.01, help="fine-tuning learning rate (default: 0.01)"
+    )
     parser.add_argument("--limit-train-batches", type=positive_int, help="fine-tune on N batches per epoch")
-    parser.add_argument("--output-dir", type=Path, default=Path("runs/pruned"), help="the fine-tuning run")
-    parser.add_argument("--json", type=Path, help="also write the report here")
+    parser.add_argument(
+        "--output-dir", type=output_folder, default=Path("runs/pruned"), help="the fine-tuning run"
+    )
+    parser.add_argument("--json", type=output_file, help="also write the report here")
     return parser
 
 
@@ -63,8 +70,6 @@ def degenerate(backbone: Any) -> dict[int, list[int]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not 0 < args.lr < float("inf"):
-        raise UserError(f"--lr must be positive and finite, got {args.lr}")
     ckpt = read_checkpoint(args.checkpoint)
     config = RunConfig.from_dict(run_config_of(ckpt, args.checkpoint))
     module = ImageClassifier.from_checkpoint(ckpt)

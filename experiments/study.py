@@ -23,7 +23,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.cli import DEFAULT_DATA_DIR, ArgumentParser, UserError, check_data_dir, main_guard
+from experiments.cli import (
+    DEFAULT_DATA_DIR,
+    ArgumentParser,
+    UserError,
+    check_data_dir,
+    main_guard,
+    output_folder,
+    positive_int,
+)
 from experiments.presets import SCALES
 from experiments.studies import STUDIES, Entry, entry_config
 from experiments.study_tables import committed_rows, markdown, row_of
@@ -231,9 +239,9 @@ def main(argv: list[str] | None = None) -> int:
         "--data-dir", type=Path, help=f"ImageFolder tree or CIFAR-10 root (default: {DEFAULT_DATA_DIR})"
     )
     parser.add_argument("--synthetic", action="store_true", help="synthetic data (a smoke test of the study)")
-    parser.add_argument("--synthetic-size", type=int, default=512)
-    parser.add_argument("--out", type=Path, default=Path("results"))
-    parser.add_argument("--figures", type=Path, default=Path("figures"))
+    parser.add_argument("--synthetic-size", type=positive_int, default=512)
+    parser.add_argument("--out", type=output_folder, default=Path("results"))
+    parser.add_argument("--figures", type=output_folder, default=Path("figures"))
     parser.add_argument("--only", nargs="+", metavar="NAME", help="a subset of the study's entries")
     parser.add_argument("--seeds", nargs="+", type=int, metavar="K", help="only these seeds of each entry")
     parser.add_argument("--no-figures", action="store_true")
@@ -252,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
         unknown = sorted(set(args.only) - {e.name for e in STUDIES[args.scale]})
         raise UserError(f"--only: no entry {', '.join(unknown)} at scale {args.scale}")
     order = [(e, s) for e in entries for s in e.seeds if not args.seeds or s in args.seeds]
+    if args.seeds and (absent := sorted(set(args.seeds) - {s for e in entries for s in e.seeds})):
+        have = "; ".join(f"{e.name}: {', '.join(map(str, e.seeds))}" for e in entries)
+        raise UserError(f"--seeds: no run has seed {', '.join(map(str, absent))} (the seeds: {have})")
     table = [(e, s) for e in STUDIES[args.scale] for s in e.seeds]  # the tables cover every entry
     results = committed_rows(args.out / f"{args.scale}.json", table, args.scale)
     for entry, seed in table:  # entries left out by --only: their finished runs, read back

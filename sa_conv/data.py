@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -185,6 +186,13 @@ class CIFAR10DataModule(pl.LightningDataModule):
         order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(self.seed))
         # the paper's protocol trains on every image; a small (synthetic) set keeps 4/5 for training
         val_size = 0 if self.config.protocol == "paper" else min(self.config.val_size, len(labels) // 5)
+        cut = self.config.protocol == "clean" and val_size < self.config.val_size
+        if cut and self.resolved_source() != "synthetic":  # synthetic sets are small by design
+            print(
+                f"warning: val_size {self.config.val_size} is over a fifth of the {len(labels)} training "
+                f"images: {val_size} are held out for validation",
+                file=sys.stderr,
+            )
         val_idx, train_idx = order[:val_size], order[val_size:]
         if self.config.train_subset is not None:
             train_idx = train_idx[: self.config.train_subset]

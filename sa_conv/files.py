@@ -17,6 +17,7 @@ from typing import Any
 __all__ = [
     "DiskFullError",
     "atomic_write",
+    "can_write_in",
     "disk_full",
     "free_bytes",
     "human_size",
@@ -70,6 +71,24 @@ def disk_full(path: str | Path, what: str | None = None, detail: str = "") -> Di
     return DiskFullError(errno.ENOSPC, message)
 
 
+def can_write_in(folder: str | Path) -> str | None:
+    """Why a new file cannot be written in ``folder`` (made on demand), or None where it can: its nearest
+    existing part must be a folder that takes a file (probed with an empty file, removed at once)."""
+    folder = Path(folder).absolute()
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    try:
+        fd, name = tempfile.mkstemp(dir=existing, prefix=".sa-conv-probe.", suffix=".tmp")
+    except OSError as err:
+        return f"{existing}: {err.strerror or err}"
+    os.close(fd)
+    os.unlink(name)
+    return None
+
+
 def _umask() -> int:
     """The process umask, read without changing it where Linux allows (no window for other threads)."""
     status = Path("/proc/self/status")
@@ -90,6 +109,8 @@ def atomic_write(path: str | Path, write: Callable[[Path], None], *, what: str |
     disk or quota raises ``DiskFullError`` naming ``path`` and ``what`` it holds; ``path`` is untouched.
     """
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "Is a directory (name a file)", str(path))
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -102,6 +123,9 @@ def atomic_write(path: str | Path, write: Callable[[Path], None], *, what: str |
     except Exception as err:  # torch.save reports a full disk as a RuntimeError of its zip writer
         if is_disk_full(err) or (tmp is not None and _ran_out(err, tmp)):
             raise disk_full(path, what) from None
+        if isinstance(err, OSError) and Path(str(err.filename)).name.startswith(f".{path.name}."):
+            # the error names the file the user asked for, not our temporary one
+            raise OSError(err.errno, err.strerror, str(path)) from None
         raise
     finally:
         if tmp is not None:

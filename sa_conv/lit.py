@@ -58,6 +58,16 @@ class OptimConfig:
                 raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
 
 
+def _load_error(err: BaseException) -> str:
+    """The gist of a ``load_state_dict`` error in one line: its first specific complaint, and how many."""
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):  # "Error(s) in loading state_dict for ...:" then details
+        detail = lines[1].rstrip(".")
+        more = f" (and {len(lines) - 2} more)" if len(lines) > 2 else ""
+        return (detail[:240] + "...") if len(detail) > 240 else detail + more
+    return lines[0] if lines else type(err).__name__
+
+
 def lr_factor(step: int, total: int, optim: OptimConfig) -> float:
     """Multiplier of the base learning rate at optimizer step ``step`` of ``total``.
 
@@ -143,10 +153,17 @@ class ImageClassifier(pl.LightningModule):
             module = cls(**hparams)
             module.load_state_dict(ckpt["state_dict"])
         except (ValueError, TypeError, RuntimeError) as err:
-            first = str(err).strip().splitlines()[0]
             raise CheckpointError(
-                f"the checkpoint does not match its model {hparams['model']!r}: {first}"
+                f"the checkpoint does not match its model {hparams['model']!r}: {_load_error(err)}"
             ) from None
+        bad = [
+            name for name, t in ckpt["state_dict"].items() if t.is_floating_point() and not t.isfinite().all()
+        ]
+        if bad:
+            raise CheckpointError(
+                f"the checkpoint's weights hold NaN or infinity ({len(bad)} tensors, first {bad[0]}): "
+                "a diverged run; use an earlier checkpoint"
+            )
         return module
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from sa_conv.checkpointing import CheckpointError, read_checkpoint, run_config_of
+from sa_conv.lit import ImageClassifier
 from sa_conv.run_config import RunConfig, config_difference
 
 __all__ = ["Resume", "data_fingerprint_of", "find_resume"]
@@ -43,10 +44,17 @@ def version_of(path: Path) -> int | None:
 
 
 def _checked(path: Path, ckpt: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint's run config, if it is ``wanted`` and its weights fit it (checked before a run
+    folder is made); ``CheckpointError`` otherwise."""
     stored = run_config_of(ckpt, path)
     differs = config_difference(stored, wanted)
     if differs:
-        raise CheckpointError(f"{path} is a run with other options: {'; '.join(differs)}")
+        shown = "; ".join(differs[:4]) + (f"; and {len(differs) - 4} more" if len(differs) > 4 else "")
+        raise CheckpointError(f"{path} is a run with other options: {shown}")
+    try:
+        ImageClassifier.from_checkpoint(ckpt)
+    except CheckpointError as err:
+        raise CheckpointError(f"{path}: {err}") from None
     return stored
 
 

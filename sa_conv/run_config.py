@@ -79,6 +79,7 @@ class RunConfig:
         checks = [
             ("epochs", isinstance(self.epochs, int) and self.epochs >= 1, "a positive integer"),
             ("precision", self.precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
+            ("seed", isinstance(self.seed, int) and 0 <= self.seed < 2**32, "an integer from 0 to 2**32 - 1"),
             (
                 "limit_train_batches",
                 limit is None

@@ -312,7 +312,7 @@ def test_convert_sweep(capsys):
         (["--kernel-size", "3,x"], "expected K or Kh,Kw"),
         (["--padding", "-1"], "--padding: every value must be >= 0"),
         (["--alpha", "inf"], "alpha must be positive and finite"),
-        (["--figure", "TMP"], "must be a .png file path"),
+        (["--figure", "TMP"], "is a folder: name a file in it"),
     ],
 )
 def test_convert_bad_input(argv, match, capsys, tmp_path):

@@ -74,6 +74,15 @@ def test_image_folder_decodes_once_to_uint8(tmp_path):
     assert dm.resolved_source() == "folder"
 
 
+def test_a_validation_split_cut_to_a_fifth_says_so(tmp_path, capsys):
+    dm = data_module(data_dir=write_tree(tmp_path), batch_size=4, val_size=10)
+    dm.setup()
+    assert len(dm.val_set) == 4 and len(dm.train_set) == 16  # a fifth of the 20 training images
+    assert "val_size 10 is over a fifth of the 20 training images: 4 are held out" in capsys.readouterr().err
+    data_module(data_dir=tmp_path, batch_size=4, val_size=4).setup()
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_image_folder_missing_classes(tmp_path):
     write_tree(tmp_path, classes=CIFAR10_CLASSES[:8])
     with pytest.raises(DataError, match="missing: ship, truck"):

@@ -64,7 +64,8 @@ def test_an_encoding_without_a_rule_is_one_line(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    ("extra", "match"), [(["--lr", "inf"], "--lr must be positive"), (["--epochs", "0"], "positive")]
+    ("extra", "match"),
+    [(["--lr", "inf"], "--lr: must be a finite number > 0"), (["--epochs", "0"], "positive")],
 )
 def test_prune_bad_options(tmp_path, capsys, extra, match):
     code = main_guard(prune.main)([str(tmp_path / "x.ckpt"), *extra])

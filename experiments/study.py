@@ -208,7 +208,8 @@ def scale_figures(args: Any, unfinished: Sequence[dict[str, Any]] = ()) -> list[
     written = []
 
     def label(scale: str, r: dict[str, Any]) -> str:
-        return f"{r['name']} s{r['seed']} ({scale}, {len(r['layers']) or '-'} layers)"
+        depth = f", {len(r['layers'])} layers" if r["layers"] else ""  # attention layers; none in a ResNet
+        return f"{r['name']} s{r['seed']} ({scale}{depth})"
 
     attention = [{"label": label(sc, r), "layers": r["layers"]} for sc, r in rows if r.get("layers")]
     for u in (u for u in unfinished if u["layers"]):

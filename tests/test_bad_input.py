@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from cli_helpers import call, one_line_error
 
 from experiments import benchmark, convert, equivalence, evaluate, explore, prune, run, study
 from experiments.cli import main_guard
@@ -12,20 +13,6 @@ from sa_conv.files import can_write_in, write_text
 
 TINY = ["--scale", "tiny", "--layers", "1", "--hidden", "16", "--heads", "4", "--epochs", "1"]
 QUICK = [*TINY, "--synthetic", "--synthetic-size", "64", "--limit-train-batches", "1"]
-
-
-def call(module, argv, capsys):
-    code = main_guard(module.main)(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line_error(code, err):
-    lines = [line for line in err.strip().splitlines() if "error:" in line]
-    assert code != 0
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 import yaml
+from cli_helpers import call, one_line_error
 
 from experiments import convert, evaluate, run
 from experiments.cli import main_guard
@@ -15,20 +16,6 @@ from sa_conv.models import MODELS
 from sa_conv.run_config import RunConfig, RunOptions
 
 TINY = ["--scale", "tiny", "--layers", "1", "--hidden", "16", "--heads", "4", "--epochs", "1"]
-
-
-def call(module, argv, capsys):
-    code = main_guard(module.main)(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line_error(code, err):
-    lines = [line for line in err.strip().splitlines() if "error:" in line]
-    assert code != 0
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

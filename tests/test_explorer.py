@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import one_line_error
 from torch import nn
 
 from experiments import explore
@@ -27,12 +28,6 @@ def call(argv, capsys):
     code = main_guard(explore.main)(argv)
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def one_line_error(code, err):
-    lines = [line for line in err.strip().splitlines() if "error:" in line]
-    assert code != 0 and len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 def conv_model() -> tuple[ImageClassifier, torch.Tensor]:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
+from cli_helpers import one_line_error
 
 import sa_conv.training as training
 from experiments import cli, run
@@ -40,12 +41,6 @@ def one_line_stop(code, err):
     lines = [line for line in err.strip().splitlines() if line.startswith("stopped:")]
     assert code != 0 and len(lines) == 1 and "error:" not in err and "Traceback" not in err, err
     assert "Received SIG" not in err  # Lightning's own line about the signal is not repeated
-    return lines[0]
-
-
-def one_line_error(code, err):
-    lines = [line for line in err.strip().splitlines() if line.startswith("error:")]
-    assert code != 0 and len(lines) == 1 and "Traceback" not in err, err
     return lines[0]
 
 

@@ -222,11 +222,12 @@ def _print_quadratic_step(t: dict[str, Any]) -> None:
 def _print_model_steps(m: dict[str, Any]) -> None:
     print(
         f"\ntraining step of every model at the {m['scale']} scale (batch {m['batch']}), images/s, "
-        f"interleaved in one process; the default precision here: {m['default_precision']}"
+        f"interleaved in one process; the default precision here: {m['default_precision']}; one "
+        f"2048 x 2048 matrix product in it: {m['matmul_gflop_per_s']:.1f} GFLOP/s"
     )
     print(
         f"{'model':16} {'eager f32':>9} {'float32':>9} {'flushed':>8} {'ref f32':>9} {'vs ref':>7} "
-        f"{'bf16':>9} {'bf16/f32':>9} {'GFLOP/img':>10} {'GFLOP/s':>9}"
+        f"{'bf16':>9} {'bf16/f32':>9} {'GFLOP/img':>10} {'GFLOP/s':>9} {'of mm':>6}"
     )
     for r in m["rows"]:
         ref, vs_ref = r.get("reference_float32_images_per_s"), r.get("default_over_reference")
@@ -234,13 +235,15 @@ def _print_model_steps(m: dict[str, Any]) -> None:
             f"{r['model']:16} {r['eager_float32_images_per_s']:9.1f} {r['float32_images_per_s']:9.1f} "
             f"{r['flush_speedup']:7.2f}x {_or_dash(ref, '9.1f')} {_or_dash(vs_ref, '6.2f', 'x')} "
             f"{r['bf16_images_per_s']:9.1f} {r['bf16_speedup']:8.2f}x "
-            f"{r['gflop_per_image']:10.3f} {r['default_gflop_per_s']:9.1f}"
+            f"{r['gflop_per_image']:10.3f} {r['default_gflop_per_s']:9.1f} "
+            f"{r['default_fraction_of_matmul']:6.0%}"
         )
     print(
         "eager f32: float32 with denormals computed; float32: as the runs compute it (denormals flushed to "
         "zero; 'flushed': its speed-up); ref f32: the reference computation of the attention, as the runs "
         "compute float32 ('vs ref': the default precision's step against it); GFLOP/s: in the default "
-        "precision, from the counted FLOPs of the trained path (forward + backward)"
+        "precision, from the counted FLOPs of the trained path (forward + backward); of mm: that rate "
+        "over the matrix product's"
     )
 
 

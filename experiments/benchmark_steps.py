@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -172,12 +173,22 @@ def bench_allocator(scale_name: str, batch: int, device: torch.device) -> dict[s
     return {"scale": scale_name, "batch": batch, "applied": applied, "rows": rows}
 
 
+def matmul_gflop_per_s(device: torch.device, dtype: torch.dtype, size: int = 2048) -> float:
+    """GFLOP/s of one large square matrix product in ``dtype``: the rate no training step exceeds."""
+    a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
+    product = partial(torch.mm, a, b)
+    seconds = interleaved({"mm": product}, device)["mm"]
+    return 2 * size**3 / seconds / 1e9
+
+
 def bench_model_steps(scale_name: str, batch: int, device: torch.device) -> dict[str, Any]:
     """The training step of every model at a preset scale in float32 (as the runs compute it, denormals
     flushed, and plain eager float32), and in bf16-mixed, interleaved in one process, beside which
     precision ``auto`` picks on this device, and the float32 step of the reference computation where the
-    model has one; achieved GFLOP/s from the counted FLOPs of the trained path."""
+    model has one; achieved GFLOP/s from the counted FLOPs of the trained path, and as a fraction of the
+    device's rate for one large matrix product in the default precision."""
     default = resolve_precision("auto", device.type)
+    peak = matmul_gflop_per_s(device, torch.bfloat16 if default == "bf16-mixed" else torch.float32)
     rows = []
     for name in MODELS:
         model = _build(name, scale_name, device)
@@ -203,5 +214,12 @@ def bench_model_steps(scale_name: str, batch: int, device: torch.device) -> dict
         fastest = row["bf16_images_per_s"] if default == "bf16-mixed" else row["float32_images_per_s"]
         row["default_gflop_per_s"] = flops * fastest / 1e9
         row["default_over_reference"] = fastest / reference_speed if reference_speed else None
+        row["default_fraction_of_matmul"] = row["default_gflop_per_s"] / peak
         rows.append(row)
-    return {"scale": scale_name, "batch": batch, "default_precision": default, "rows": rows}
+    return {
+        "scale": scale_name,
+        "batch": batch,
+        "default_precision": default,
+        "matmul_gflop_per_s": peak,
+        "rows": rows,
+    }

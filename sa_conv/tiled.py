@@ -4,11 +4,13 @@ Dense content attention makes three ``(B, heads, N, N)`` tensors (logits, probab
 and passes over each several times: at the ``small`` scale every one is 236 MB, far beyond a CPU's
 caches, so the dense path spends its time streaming memory. This kernel walks the batch one image at a
 time: the image's logits ``scale q k^T + bias`` are one fused product, the softmax is written straight
-into the probabilities kept for backward, and the mixing with the values is one batched product over the
-heads of the same ``(N, D)`` tokens (the values are the tokens themselves), written straight into the
-heads' side-by-side layout that the output projection takes.
+into the probabilities kept for backward, and the mixing with the values is one product of every head's
+probabilities, stacked, with the same ``(N, D)`` tokens (the values are the tokens themselves), copied
+into the heads' side-by-side layout that the output projection takes.
 Backward walks the batch again: the probabilities' gradient, the softmax backward, and the four
-gradients of the image, each tile read while it is still in cache. Same products and FLOPs as the dense
+gradients of the image, each tile read while it is still in cache; the gradients of the queries and keys
+are made head-major, ``(B, heads, N, D)``, so that every product writes a contiguous block (a product
+into a strided block runs one small product per head). Same products and FLOPs as the dense
 path; no attention dropout (a dropped tensor would have to be kept per image: the dense path does that).
 
 Precision: the logits, the softmax and its backward are in float32 (float64 for float64 inputs), as in
@@ -40,6 +42,7 @@ class _TiledContentAttention(torch.autograd.Function):
         probs = q.new_empty(b if keep else 1, heads, n, n)  # (B|1, heads, N, N): kept for backward
         out = torch.empty(b, n, heads, d, dtype=dtype, device=x.device)  # (B, N, heads, D)
         tile = _Tiles(q, heads, n, d, dtype)  # one image's buffers, reused: no allocation per image
+        mixed = torch.empty(heads * n, d, dtype=dtype, device=x.device)  # one image's heads, stacked
         with no_autocast(x.device):  # every dtype is chosen here
             for i in range(b):
                 p, logits = probs[i if keep else 0], tile.logits  # (heads, N, N)
@@ -49,8 +52,9 @@ class _TiledContentAttention(torch.autograd.Function):
                 else:
                     torch.baddbmm(bias[i if bias.shape[0] > 1 else 0], qi, kti, alpha=scale, out=logits)
                 torch.softmax(logits, -1, out=p)
-                values = xc[i].expand(heads, n, d)  # (heads, N, D): every head mixes the same tokens
-                torch.bmm(tile.cast(p), values, out=out[i].transpose(0, 1))
+                # every head mixes the same tokens: one product for all of them, (heads * N, D)
+                torch.mm(tile.cast(p).view(heads * n, n), xc[i], out=mixed)
+                out[i].copy_(mixed.view(heads, n, d).transpose(0, 1))
         ctx.scale, ctx.dtype = scale, dtype
         ctx.bias_shape = None if bias is None else bias.shape
         ctx.save_for_backward(q, k, x, probs if keep else None)
@@ -63,8 +67,8 @@ class _TiledContentAttention(torch.autograd.Function):
         scale, dtype = ctx.scale, ctx.dtype
         b, n, heads, d = q.shape
         xc = x.to(dtype)  # (B, N, D)
-        gq = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # (B, N, heads, D)
-        gk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+        gq = q.new_empty(b, heads, n, d)  # (B, heads, N, D): head-major, each image's block contiguous
+        gk = k.new_empty(b, heads, n, d)
         gx = torch.empty(x.shape, dtype=dtype, device=x.device)  # (B, N, D)
         shared = ctx.bias_shape is not None and ctx.bias_shape[0] == 1
         wants_bias = ctx.bias_shape is not None and ctx.needs_input_grad[3]
@@ -87,9 +91,9 @@ class _TiledContentAttention(torch.autograd.Function):
             elif gbias is not None:
                 gbias[i] = gl
             qi, ki = q[i].transpose(0, 1), k[i].transpose(0, 1)  # (heads, N, D)
-            torch.baddbmm(qi, gl, ki, beta=0, alpha=scale, out=gq[i].transpose(0, 1))
-            torch.baddbmm(ki, gl.transpose(1, 2), qi, beta=0, alpha=scale, out=gk[i].transpose(0, 1))
-        return gq, gk, gx.to(x.dtype), gbias, None, None
+            torch.baddbmm(qi, gl, ki, beta=0, alpha=scale, out=gq[i])
+            torch.baddbmm(ki, gl.transpose(1, 2), qi, beta=0, alpha=scale, out=gk[i])
+        return gq.transpose(1, 2), gk.transpose(1, 2), gx.to(x.dtype), gbias, None, None  # (B, N, heads, D)
 
 
 class _Tiles:

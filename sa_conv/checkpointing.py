@@ -1,9 +1,19 @@
-"""Checkpoints of a run: written atomically, read by one function, resumable exactly (``sa_conv.resume``
-finds the one to resume by config)."""
+"""Checkpoints of a run: written atomically, read without running code, resumable exactly
+(``sa_conv.resume`` finds the one to resume by config).
+
+A checkpoint is a pickle, and a pickle can ask to run any function when it is read. Every read here is
+``torch.load(..., weights_only=True)``: tensors and plain data only, plus the few numpy types that hold
+the RNG state of checkpoints written before it was stored as a tensor (``SAFE_GLOBALS``, nothing
+broader). A file that asks for anything else is refused unread (``UnsafeCheckpointError``).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import pickle
 import random
+import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +28,17 @@ from sa_conv import __version__
 from sa_conv.files import atomic_write, disk_full, free_bytes, human_size
 
 __all__ = [
+    "SAFE_GLOBALS",
     "AtomicCheckpointIO",
     "CheckpointError",
     "InterruptCheckpoint",
     "ResumableRNG",
     "RunConfigRecord",
+    "UnsafeCheckpointError",
+    "load_checkpoint_file",
     "read_checkpoint",
     "run_config_of",
+    "safe_globals",
 ]
 
 
@@ -32,19 +46,55 @@ class CheckpointError(RuntimeError):
     """A file is not a readable sa-conv checkpoint."""
 
 
+class UnsafeCheckpointError(CheckpointError):
+    """A checkpoint asks to run code (a function or class outside the allow-list) when it is read."""
+
+
+# the only non-tensor globals a checkpoint may name: numpy's RNG state (a uint32 array), as checkpoints
+# written before the state was stored as a tensor hold it
+SAFE_GLOBALS: list[Any] = [
+    np._core.multiarray._reconstruct,  # rebuilds an ndarray of the allowed class and dtype below
+    np.ndarray,
+    np.dtype,
+    type(np.dtype(np.uint32)),
+]
+
+
+@contextlib.contextmanager
+def safe_globals() -> Iterator[None]:
+    """``torch.load(weights_only=True)`` inside this block also accepts ``SAFE_GLOBALS`` (and nothing else);
+    Lightning's own loads (``fit``/``test`` with ``ckpt_path``) run inside it too."""
+    with torch.serialization.safe_globals(SAFE_GLOBALS):
+        yield
+
+
+def load_checkpoint_file(path: str | Path) -> Any:
+    """``torch.load`` of ``path`` onto the CPU without running code; ``UnsafeCheckpointError`` (nothing
+    read) if the file names a global outside the allow-list, ``CheckpointError`` if it is not readable."""
+    try:
+        with safe_globals():
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        if "Weights only load failed" in str(err):  # torch's refusal, before anything ran
+            found = re.search(r"GLOBAL (\S+)", str(err))
+            what = found.group(1) if found else "an instruction"
+            raise UnsafeCheckpointError(
+                f"{path} asks to run code when it is read ({what}: not a tensor or plain data): "
+                "it may be unsafe and was not loaded"
+            ) from None
+        raise CheckpointError(f"{path} is not a readable checkpoint ({type(err).__name__})") from None
+    except Exception as err:  # zip and EOF errors all mean the same to the user
+        raise CheckpointError(f"{path} is not a readable checkpoint ({type(err).__name__})") from None
+
+
 def read_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint written by a run; ``CheckpointError`` names what is wrong with it."""
+    """Read a checkpoint written by a run (no code runs); ``CheckpointError`` names what is wrong with it."""
     path = Path(path)
     if path.is_dir():
         raise CheckpointError(f"checkpoint {path} is a directory, not a file")
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
-    try:
-        ckpt = torch.load(
-            path, map_location="cpu", weights_only=False
-        )  # our own files: RNG and loader states
-    except Exception as err:  # pickle, zip and EOF errors all mean the same to the user
-        raise CheckpointError(f"{path} is not a readable checkpoint ({type(err).__name__})") from None
+    ckpt = load_checkpoint_file(path)
     hparams = ckpt.get("hyper_parameters") if isinstance(ckpt, dict) else None
     if not hparams or "model" not in hparams or "state_dict" not in ckpt:
         raise CheckpointError(f"{path} is not an sa-conv checkpoint (no model hyper-parameters)")
@@ -124,10 +174,12 @@ class InterruptCheckpoint(pl.Callback):
 
 
 def rng_states() -> dict[str, Any]:
-    """The global RNG states: torch, this process's CUDA device (where it is in use), numpy, python."""
+    """The global RNG states: torch, this process's CUDA device (where it is in use), numpy, python; plain
+    data and tensors (numpy's key array as an int64 tensor), which load without running code."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
     states: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),
+        "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached),
         "python": random.getstate(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():  # this rank's own device
@@ -138,7 +190,8 @@ def rng_states() -> dict[str, Any]:
 def set_rng_states(states: dict[str, Any]) -> None:
     """Restore what ``rng_states`` returned (the CUDA states only where CUDA is)."""
     torch.set_rng_state(states["torch"])
-    np.random.set_state(states["numpy"])
+    name, keys, pos, has_gauss, cached = states["numpy"]  # keys: a tensor, or an array (older checkpoints)
+    np.random.set_state((name, np.asarray(keys, dtype=np.int64).astype(np.uint32), pos, has_gauss, cached))
     random.setstate(states["python"])
     cuda = states.get("torch.cuda")
     if cuda is not None and torch.cuda.is_available():

@@ -25,7 +25,7 @@ def checkpoint(tmp_path_factory):
 
 def edited(checkpoint, tmp_path, edit):
     """A copy of the checkpoint with ``edit(state_dict)`` applied."""
-    ckpt = torch.load(checkpoint, weights_only=False)
+    ckpt = torch.load(checkpoint, weights_only=True)
     edit(ckpt["state_dict"])
     path = tmp_path / "edited.ckpt"
     torch.save(ckpt, path)

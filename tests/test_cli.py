@@ -57,8 +57,8 @@ def test_same_seed_same_metrics(tmp_path, synthetic_run):
     a = json.loads((tmp_path / "quadratic" / "version_0" / "metrics.json").read_text())
     b = json.loads((synthetic_run / "metrics.json").read_text())
     assert (a["test_acc"], a["best_val_acc"]) == (b["test_acc"], b["best_val_acc"])
-    wa = torch.load(tmp_path / "quadratic/version_0/checkpoints/last.ckpt", weights_only=False)["state_dict"]
-    wb = torch.load(synthetic_run / "checkpoints/last.ckpt", weights_only=False)["state_dict"]
+    wa = torch.load(tmp_path / "quadratic/version_0/checkpoints/last.ckpt", weights_only=True)["state_dict"]
+    wb = torch.load(synthetic_run / "checkpoints/last.ckpt", weights_only=True)["state_dict"]
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
@@ -240,7 +240,7 @@ def test_evaluate_rejects_foreign_files(tmp_path, capsys):
 
 
 def test_evaluate_rejects_another_version(tmp_path, synthetic_run, capsys):
-    ckpt = torch.load(synthetic_run / "checkpoints/last.ckpt", weights_only=False)
+    ckpt = torch.load(synthetic_run / "checkpoints/last.ckpt", weights_only=True)
     ckpt["sa_conv_version"] = "0.0.1"
     path = tmp_path / "old.ckpt"
     torch.save(ckpt, path)
@@ -253,7 +253,7 @@ def test_evaluate_needs_the_checkpoints_data_or_a_data_dir(tmp_path, capsys):
     out = tmp_path / "runs"
     argv = ["quadratic", *TINY, "--synthetic", "--output-dir", str(out)]
     assert main_guard(run.main)(argv) == 0
-    state = torch.load(out / "quadratic/version_0/checkpoints/last.ckpt", weights_only=False)
+    state = torch.load(out / "quadratic/version_0/checkpoints/last.ckpt", weights_only=True)
     state["datamodule_hyper_parameters"].update(source="auto", data_dir=str(tmp_path / "gone"))
     torch.save(state, ckpt)
     capsys.readouterr()

@@ -92,7 +92,7 @@ def test_a_checkpoint_leaves_the_previous_one_readable_and_the_run_resumes(tmp_p
     assert "checkpoint" in line and "last.ckpt" in line
     no_temporary_files(tmp_path)
     last = tmp_path / "quadratic/version_0/checkpoints/last.ckpt"
-    assert torch.load(last, weights_only=False)["epoch"] == 0  # the first epoch's, intact
+    assert torch.load(last, weights_only=True)["epoch"] == 0  # the first epoch's, intact
     monkeypatch.undo()  # space freed
     assert main_guard(run.main)([*argv, "--resume"]) == 0
     assert json.loads((last.parent.parent / "metrics.json").read_text())["epochs_completed"] == 2
@@ -180,7 +180,7 @@ def test_a_real_small_file_system(tmp_path):
         no_temporary_files(mount)
         checkpoints = sorted((mount / "quadratic/version_0/checkpoints").glob("*.ckpt"))
         for path in checkpoints:
-            torch.load(path, weights_only=False)  # every checkpoint left is whole
+            torch.load(path, weights_only=True)  # every checkpoint left is whole
         subprocess.run(["mount", "-o", "remount,size=64m", str(mount)], check=True)
         again = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, timeout=600)
         assert again.returncode == 0, again.stderr[-2000:]

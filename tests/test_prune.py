@@ -19,7 +19,7 @@ def trained(tmp_path, model: str):
 
 def test_degenerate_heads_are_pruned_and_fine_tuned(tmp_path, capsys):
     path = trained(tmp_path, "gaussian")
-    ckpt = torch.load(path, weights_only=False)
+    ckpt = torch.load(path, weights_only=True)
     scale = ckpt["state_dict"]["backbone.blocks.0.attention.encoding.scale"]
     scale[2] = torch.diag(torch.tensor([1.0, 1e-3]))  # condition number 1e6: a stripe
     ckpt["state_dict"]["backbone.blocks.1.attention.encoding.scale"][0] = (

@@ -45,7 +45,7 @@ def one_line_stop(code, err):
 
 
 def weights(path: Path) -> dict[str, torch.Tensor]:
-    return torch.load(path, weights_only=False)["state_dict"]
+    return torch.load(path, weights_only=True)["state_dict"]
 
 
 class StepCounter(pl.Callback):
@@ -103,7 +103,7 @@ def test_a_crash_resumes_exactly_from_the_epoch_end_checkpoint(
         with pytest.raises(RuntimeError, match="went away"):
             run.main(argv)
     assert (
-        torch.load(tmp_path / "quadratic/version_0/checkpoints/last.ckpt", weights_only=False)["global_step"]
+        torch.load(tmp_path / "quadratic/version_0/checkpoints/last.ckpt", weights_only=True)["global_step"]
         == 10
     )
     counter = StepCounter()
@@ -150,7 +150,7 @@ def test_a_time_snapshot_resumes_exactly(straight, tmp_path, monkeypatch, capsys
         with pytest.raises(RuntimeError):
             run.main(argv)
     snapshot = tmp_path / "quadratic/version_0/checkpoints/snapshot.ckpt"
-    assert torch.load(snapshot, weights_only=False)["global_step"] == 17  # every step, here
+    assert torch.load(snapshot, weights_only=True)["global_step"] == 17  # every step, here
     counter = StepCounter()
     with_callback(monkeypatch, counter)
     assert call_run([*argv, "--resume"], capsys)[0] == 0
@@ -206,7 +206,7 @@ def test_atomic_checkpoint_keeps_the_previous_file(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         io.save_checkpoint({"state_dict": {"w": torch.zeros(2)}}, path)
     monkeypatch.undo()
-    assert torch.equal(torch.load(path, weights_only=False)["state_dict"]["w"], torch.ones(2))
+    assert torch.equal(torch.load(path, weights_only=True)["state_dict"]["w"], torch.ones(2))
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # no temporary left behind
 
 
@@ -343,7 +343,7 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_p
     code, _, err = call_run(["quadratic", *TINY, "--epochs", "3", "--output-dir", str(tmp_path)], capsys)
     assert "training loss became nan at step 13" in one_line_error(code, err)
     checkpoints = tmp_path / "quadratic/version_0/checkpoints"
-    last = torch.load(checkpoints / "last.ckpt", weights_only=False)
+    last = torch.load(checkpoints / "last.ckpt", weights_only=True)
     assert last["global_step"] == 10  # the end of epoch 1: the last good state
     assert torch.isfinite(torch.cat([v.flatten().float() for v in last["state_dict"].values()])).all()
     assert not (checkpoints / "interrupted.ckpt").exists()
@@ -398,7 +398,7 @@ def test_a_killed_process_resumes_to_the_same_result(tmp_path, how):
     while time.monotonic() < deadline:
         if ckpt.is_file():
             try:
-                step = torch.load(ckpt, weights_only=False)["global_step"]
+                step = torch.load(ckpt, weights_only=True)["global_step"]
             except Exception:
                 step = 0
             if step >= 70:  # mid-way through epoch 2

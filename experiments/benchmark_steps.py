@@ -6,6 +6,7 @@ in one process."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from functools import partial
@@ -20,6 +21,7 @@ from sa_conv.allocator import keep_freed_memory
 from sa_conv.attention import MultiHeadSelfAttention2d
 from sa_conv.flops import counted_flops
 from sa_conv.machine import resolve_precision
+from sa_conv.mixed_precision import emulated_products, mixed_precision
 from sa_conv.models import MODELS, create_model
 
 __all__ = ["ALLOCATOR_MODELS", "bench_allocator", "bench_model_steps", "bench_training_step"]
@@ -109,9 +111,10 @@ def sgd_step(model: nn.Module, batch: int, device: torch.device, precision: str)
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        with mixed_precision(device.type) if bf16 else contextlib.nullcontext():
             loss = nn.functional.cross_entropy(model(images), labels)
-        loss.backward()
+        with emulated_products(device.type) if bf16 else contextlib.nullcontext():
+            loss.backward()
         opt.step()
 
     return step

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytorch_lightning as pl
 import torch
 
 from sa_conv.autocast import autocast_available
 from sa_conv.data import CIFAR10DataModule
 from sa_conv.lit import ImageClassifier
+from sa_conv.mixed_precision import mixed_precision
 
 __all__ = ["correct_on_test", "evaluate"]
 
@@ -41,7 +44,7 @@ def correct_on_test(
     correct = []
     for start in range(0, len(labels), 500):
         batch = datamodule.normalize(images[start : start + 500].to(device))
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        with mixed_precision(device.type) if bf16 else contextlib.nullcontext():
             predicted = backbone(batch).argmax(-1).cpu()
         correct.append(predicted == labels[start : start + 500])
     backbone.train(was_training)

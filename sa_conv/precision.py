@@ -40,11 +40,11 @@ def flush_denormals() -> None:
 
 
 def warn_slow_bf16(config: RunConfig, accelerator: str) -> None:
-    """bf16 on a CPU without native bf16 (a resumed run keeps its precision): several times slower."""
+    """bf16 on a CPU without native bf16 (a resumed run keeps its precision): emulated, slower than float32."""
     gpu = torch.cuda.is_available() and accelerator != "cpu"
     if config.precision == "bf16-mixed" and not gpu and not cpu_has_native_bf16():
         print(
-            "warning: this run trains in bf16-mixed and this CPU has no native bf16 (AVX-512 BF16, AMX): it "
-            "will be several times slower here",
+            "warning: this run trains in bf16-mixed and this CPU has no native bf16 (AVX-512 BF16, AMX): its "
+            "bf16 products are emulated in float32 (the same rounding), slower than a float32 run here",
             file=sys.stderr,
         )

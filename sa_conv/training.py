@@ -34,6 +34,7 @@ from sa_conv.checkpointing import (
     InterruptCheckpoint,
     ResumableRNG,
     RunConfigRecord,
+    safe_globals,
 )
 from sa_conv.data import CIFAR10DataModule, data_difference
 from sa_conv.evaluation import correct_on_test
@@ -50,6 +51,7 @@ from sa_conv.flops import counted_flops
 from sa_conv.interrupts import RankRecord, RunInterruptedError, peer_lost, sigint_as_sigterm
 from sa_conv.lit import ImageClassifier
 from sa_conv.machine import hardware, peak_flops
+from sa_conv.mixed_precision import precision_plugin
 from sa_conv.precision import flush_denormals, settle_precision, warn_slow_bf16
 from sa_conv.resume import Resume
 from sa_conv.run_config import RunConfig, RunOptions, dump_config
@@ -109,7 +111,7 @@ def train(
         config = settle_precision(config, options.accelerator, resume.stored if resume else None)
         warn_slow_bf16(config, options.accelerator)
         flush_denormals()
-        if torch.cuda.is_available() and options.accelerator != "cpu":  # TF32 tensor cores, or not
+        if _on_gpu(options):  # TF32 tensor cores, or not
             torch.set_float32_matmul_precision("high" if config.tf32 else "highest")
         else:  # every CPU step makes the same large tensors: pages already faulted in, not fresh ones
             keep_freed_memory()
@@ -225,6 +227,11 @@ def _callbacks(
     return _Callbacks(everything, best, interrupt, progress, figures, ranks)
 
 
+def _on_gpu(options: RunOptions) -> bool:
+    """Whether the run trains on CUDA GPUs."""
+    return torch.cuda.is_available() and options.accelerator != "cpu"
+
+
 def _latest(folder: Path, name: str, **when: Any) -> ModelCheckpoint:
     """A checkpoint ``<folder>/<name>.ckpt`` overwritten at each of ``when`` (Lightning's triggers)."""
     return ModelCheckpoint(dirpath=folder, filename=name, enable_version_counter=False, **when)
@@ -233,12 +240,13 @@ def _latest(folder: Path, name: str, **when: Any) -> ModelCheckpoint:
 def _trainer(
     config: RunConfig, options: RunOptions, logger: TensorBoardLogger, callbacks: _Callbacks, run_dir: Path
 ) -> pl.Trainer:
+    contract = precision_plugin(config.precision, "cuda" if _on_gpu(options) else "cpu")
     return pl.Trainer(
         max_epochs=config.epochs,
         accelerator=options.accelerator,
         devices=options.devices,
         strategy=_strategy(options),
-        precision=config.precision,
+        precision=None if contract else config.precision,  # bf16-mixed: the project's contract
         logger=logger,
         callbacks=callbacks.all,
         limit_train_batches=config.limit_train_batches,
@@ -250,7 +258,7 @@ def _trainer(
         enable_progress_bar=not callbacks.progress.lines,
         default_root_dir=str(run_dir),  # Lightning's SLURM requeue checkpoints (hpc_ckpt_N.ckpt) go here
         use_distributed_sampler=False,  # the data module shards every split across ranks itself
-        plugins=[AtomicCheckpointIO()],
+        plugins=[AtomicCheckpointIO(), *([contract] if contract else [])],
     )
 
 
@@ -315,13 +323,13 @@ def _fit(
     start = time.perf_counter()
     with sigint_as_sigterm() as received:
         try:
-            # weights_only=False: our checkpoints carry RNG and data-loader states (our own files)
-            trainer.fit(
-                module,
-                datamodule=datamodule,
-                ckpt_path=str(resume.path) if resume else None,
-                weights_only=False,
-            )
+            with safe_globals():  # read without running code, as every checkpoint is
+                trainer.fit(
+                    module,
+                    datamodule=datamodule,
+                    ckpt_path=str(resume.path) if resume else None,
+                    weights_only=True,
+                )
         except SIGTERMException:
             path = callbacks.interrupt.path
             raise RunInterruptedError(run_dir, path, trainer.global_step, received["signal"]) from None
@@ -362,9 +370,10 @@ def _test(
     best_path = callbacks.best.best_model_path or None
     with sigint_as_sigterm() as received:
         try:
-            results = trainer.test(
-                module, datamodule=datamodule, ckpt_path=best_path, verbose=False, weights_only=False
-            )
+            with safe_globals():
+                results = trainer.test(
+                    module, datamodule=datamodule, ckpt_path=best_path, verbose=False, weights_only=True
+                )
         except SIGTERMException:  # training is complete: a resume only tests and writes metrics.json
             last = run_dir / "checkpoints" / "last.ckpt"
             raise RunInterruptedError(run_dir, last, trainer.global_step, received["signal"]) from None

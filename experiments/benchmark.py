@@ -10,6 +10,7 @@ full-width values; for content attention the materialized ``(B, heads, N, N)`` s
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import sys
 from collections.abc import Callable
@@ -86,12 +87,14 @@ def bench_variants(scale: Scale, device: torch.device) -> list[dict[str, Any]]:
         for impl in ("reference", fast):
             layer.impl = impl
             run = forward_backward(layer, x, grad)
-            row[f"{impl if impl == 'reference' else 'fast'}_s"] = time_it(run, device, scale.min_time)
+            row[f"{impl if impl == 'reference' else 'fast'}_s"] = time_it(
+                run, device, scale.min_time, scale.repeats
+            )
             row[f"{impl if impl == 'reference' else 'fast'}_peak_mb"] = (
                 peak_memory(run, layer, x, device) / 2**20
             )
         row["floor_s"] = time_it(
-            projection_floor(layer, scale.batch, scale.grid, device), device, scale.min_time
+            projection_floor(layer, scale.batch, scale.grid, device), device, scale.min_time, scale.repeats
         )
         row["speedup"] = row["reference_s"] / row["fast_s"]
         row["floor_ratio"] = row["fast_s"] / row["floor_s"]
@@ -111,7 +114,9 @@ def bench_scaling(scale: Scale, device: torch.device) -> dict[str, Any]:
         row: dict[str, Any] = {"grid": grid, "tokens": grid * grid}
         for impl in ("reference", "separable"):
             layer.impl = impl
-            row[f"{impl}_s"] = time_it(forward_backward(layer, x, grad), device, scale.min_time)
+            row[f"{impl}_s"] = time_it(
+                forward_backward(layer, x, grad), device, scale.min_time, scale.repeats
+            )
         rows.append(row)
     exponents = {}
     for impl in ("reference", "separable"):
@@ -122,16 +127,18 @@ def bench_scaling(scale: Scale, device: torch.device) -> dict[str, Any]:
     return {"rows": rows, "exponent": exponents}
 
 
-def bench_data(device: torch.device, min_time: float) -> dict[str, Any]:
+def bench_data(device: torch.device, min_time: float, repeats: int | None = None) -> dict[str, Any]:
     """Augmentation + normalization per batch on the device vs per image with transforms.v2."""
     from torchvision.transforms import v2
 
     images = torch.randint(0, 256, (256, 3, 32, 32), dtype=torch.uint8, device=device)
     per_image = v2.Compose([v2.RandomCrop(32, padding=4), v2.RandomHorizontalFlip()])
     normalize = v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(CIFAR10_MEAN, CIFAR10_STD)])
-    batched = time_it(lambda: normalize(random_crop_flip(images)), device, min_time)
+    batched = time_it(lambda: normalize(random_crop_flip(images)), device, min_time, repeats)
     cpu_images = images.cpu()
-    looped = time_it(lambda: normalize(torch.stack([per_image(im) for im in cpu_images])), device, min_time)
+    looped = time_it(
+        lambda: normalize(torch.stack([per_image(im) for im in cpu_images])), device, min_time, repeats
+    )
     return {
         "batch": len(images),
         "batched_images_per_s": len(images) / batched,
@@ -287,11 +294,17 @@ def main(argv: list[str] | None = None) -> int:
         choices=SECTIONS,
         help="what to measure (default: everything)",
     )
+    parser.add_argument(
+        "--repeats",
+        type=positive_int,
+        help="time each measurement by N calls, once: a fixed amount of work, whatever the machine's load "
+        "(a smoke run; default: about --scale's time per measurement, the best of 3 rounds)",
+    )
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device on this machine")
     device = torch.device(args.device)
-    scale = SCALES[args.scale]
+    scale = dataclasses.replace(SCALES[args.scale], repeats=args.repeats)
     flush_denormals()  # as the runs do (a CPU mode)
     if device.type == "cuda":  # as the runs do: float32 products in TF32
         torch.set_float32_matmul_precision("high")
@@ -300,18 +313,22 @@ def main(argv: list[str] | None = None) -> int:
         "device": args.device,
         "scale": args.scale,
         "baseline": BASELINE,
-        "sizes": {k: v for k, v in scale.__dict__.items() if k not in ("model", "min_time")},
+        "sizes": {k: v for k, v in scale.__dict__.items() if k not in ("model", "min_time", "repeats")},
+        "repeats": args.repeats,
         "hardware": hardware(),
     }
     if device.type == "cpu" and "allocator" in args.sections:  # first: it measures glibc's own settings
-        report["allocator"] = bench_allocator(args.models_scale, args.step_batch, device)
+        allocator = bench_allocator(args.models_scale, args.step_batch, device, repeats=args.repeats)
+        report["allocator"] = allocator
     keep_freed_memory()  # as the runs do
     sections = {
         "variants": lambda: bench_variants(scale, device),
         "scaling": lambda: bench_scaling(scale, device),
         "training_step": lambda: bench_training_step(scale, device),
-        "model_steps": lambda: bench_model_steps(args.models_scale, args.step_batch, device),
-        "data": lambda: bench_data(device, scale.min_time),
+        "model_steps": lambda: bench_model_steps(
+            args.models_scale, args.step_batch, device, repeats=args.repeats
+        ),
+        "data": lambda: bench_data(device, scale.min_time, scale.repeats),
     }
     for name in args.sections:
         if name in sections:

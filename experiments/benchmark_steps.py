@@ -48,7 +48,7 @@ def step_images_per_second(
 ) -> float:
     """Images per second of full SGD steps (forward, backward, update) of ``model``."""
     step = sgd_step(model, scale.step_batch, device, "bf16-mixed" if bf16 else "32-true")
-    return scale.step_batch / time_it(step, device, scale.min_time)
+    return scale.step_batch / time_it(step, device, scale.min_time, scale.repeats)
 
 
 def bench_training_step(scale: Scale, device: torch.device) -> dict[str, Any]:
@@ -89,16 +89,17 @@ def bench_training_step(scale: Scale, device: torch.device) -> dict[str, Any]:
 
 
 def interleaved(
-    steps: dict[str, Callable[[], None]], device: torch.device, rounds: int = 3
+    steps: dict[str, Callable[[], None]], device: torch.device, *, repeats: int | None = None
 ) -> dict[str, float]:
-    """Seconds per call of each function, measured in alternation (``rounds`` times, the best kept), so
-    that a machine's other load falls on every configuration alike."""
+    """Seconds per call of each function, measured in alternation (3 rounds, the best kept), so that a
+    machine's other load falls on every configuration alike; ``repeats``: one round of that many timed
+    calls each (a fixed amount of work)."""
     for fn in steps.values():
         fn()  # warm-up
     best = dict.fromkeys(steps, math.inf)
-    for _ in range(rounds):
+    for _ in range(3 if repeats is None else 1):
         for name, fn in steps.items():
-            best[name] = min(best[name], time_it(fn, device, 0.0))
+            best[name] = min(best[name], time_it(fn, device, 0.0, repeats))
     return best
 
 
@@ -151,18 +152,21 @@ def _build(name: str, scale_name: str, device: torch.device, impl: str = "auto")
     return _on_path(MODELS[name].build(preset(name, scale_name).model_config).to(device).train(), impl)
 
 
-def bench_allocator(scale_name: str, batch: int, device: torch.device) -> dict[str, Any]:
+def bench_allocator(
+    scale_name: str, batch: int, device: torch.device, *, repeats: int | None = None
+) -> dict[str, Any]:
     """float32 training steps (reference and default paths) with glibc's own allocator settings, then
     after ``keep_freed_memory``: must run before anything in the process changes them (they cannot be
-    put back), so the two phases are measured one after the other, each interleaved."""
+    put back), so the two phases are measured one after the other, each interleaved (``repeats``: as
+    ``interleaved``)."""
     paths = [(name, impl) for name in ALLOCATOR_MODELS for impl in ("reference", "auto")]
     steps = {
         f"{name}/{impl}": sgd_step(_build(name, scale_name, device, impl), batch, device, "32-true")
         for name, impl in paths
     }
-    before = interleaved(steps, device)
+    before = interleaved(steps, device, repeats=repeats)
     applied = keep_freed_memory()
-    after = interleaved(steps, device)
+    after = interleaved(steps, device, repeats=repeats)
     rows = [
         {
             "model": name,
@@ -176,22 +180,27 @@ def bench_allocator(scale_name: str, batch: int, device: torch.device) -> dict[s
     return {"scale": scale_name, "batch": batch, "applied": applied, "rows": rows}
 
 
-def matmul_gflop_per_s(device: torch.device, dtype: torch.dtype, size: int = 2048) -> float:
+def matmul_gflop_per_s(
+    device: torch.device, dtype: torch.dtype, size: int = 2048, *, repeats: int | None = None
+) -> float:
     """GFLOP/s of one large square matrix product in ``dtype``: the rate no training step exceeds."""
     a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
     product = partial(torch.mm, a, b)
-    seconds = interleaved({"mm": product}, device)["mm"]
+    seconds = interleaved({"mm": product}, device, repeats=repeats)["mm"]
     return 2 * size**3 / seconds / 1e9
 
 
-def bench_model_steps(scale_name: str, batch: int, device: torch.device) -> dict[str, Any]:
+def bench_model_steps(
+    scale_name: str, batch: int, device: torch.device, *, repeats: int | None = None
+) -> dict[str, Any]:
     """The training step of every model at a preset scale in float32 (as the runs compute it, denormals
     flushed, and plain eager float32), and in bf16-mixed, interleaved in one process, beside which
     precision ``auto`` picks on this device, and the float32 step of the reference computation where the
     model has one; achieved GFLOP/s from the counted FLOPs of the trained path, and as a fraction of the
-    device's rate for one large matrix product in the default precision."""
+    device's rate for one large matrix product in the default precision (``repeats``: as ``interleaved``)."""
     default = resolve_precision("auto", device.type)
-    peak = matmul_gflop_per_s(device, torch.bfloat16 if default == "bf16-mixed" else torch.float32)
+    dtype = torch.bfloat16 if default == "bf16-mixed" else torch.float32
+    peak = matmul_gflop_per_s(device, dtype, repeats=repeats)
     rows = []
     for name in MODELS:
         model = _build(name, scale_name, device)
@@ -202,7 +211,7 @@ def bench_model_steps(scale_name: str, batch: int, device: torch.device) -> dict
         if _has_reference(model):
             reference = _build(name, scale_name, device, "reference")
             steps["reference"] = sgd_step(reference, batch, device, "32-true")
-        seconds = interleaved(steps, device)
+        seconds = interleaved(steps, device, repeats=repeats)
         reference_speed = batch / seconds["reference"] if "reference" in seconds else None
         row = {
             "model": name,

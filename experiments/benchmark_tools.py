@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +28,7 @@ class Scale:
     step_batch: int
     model: dict[str, Any]
     min_time: float
+    repeats: int | None = None  # timed calls per measurement: bounded by work, not time (a smoke run)
 
 
 def synchronize(device: torch.device) -> None:
@@ -33,9 +36,27 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def time_it(fn: Callable[[], Any], device: torch.device, min_time: float) -> float:
-    """Median seconds of ``fn`` (torch.utils.benchmark, blocked autorange)."""
+def time_it(
+    fn: Callable[[], Any], device: torch.device, min_time: float, repeats: int | None = None
+) -> float:
+    """Median seconds of ``fn`` on one thread: over ``repeats`` calls (a fixed amount of work, whatever
+    the machine's load), else over as many as torch.utils.benchmark's blocked autorange takes to fill
+    ``min_time`` seconds."""
     fn()  # warm-up
+    if repeats is not None:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # as torch.utils.benchmark's Timer measures
+        try:
+            seconds = []
+            for _ in range(repeats):
+                synchronize(device)
+                start = time.perf_counter()
+                fn()
+                synchronize(device)
+                seconds.append(time.perf_counter() - start)
+        finally:
+            torch.set_num_threads(threads)
+        return statistics.median(seconds)
     # imported here, quietly: at import it warns "No CUDA runtime is found" on every CPU machine
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     from torch.utils import benchmark as tbench

@@ -1,10 +1,12 @@
 """What the command-line programs share: flags derived from config dataclasses, and one guard that turns
-every expected failure into one line on stderr and a non-zero exit (``--debug`` shows the traceback)."""
+every expected failure into one line on stderr and a non-zero exit (``--debug`` shows the traceback); an
+out-of-memory error's line says what to lower (``experiments.memory``)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import logging
 import math
 import re
@@ -17,6 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
+from experiments.memory import is_out_of_memory, memory_device, out_of_memory_line
 from sa_conv.config import field_help, field_types
 
 __all__ = [
@@ -261,7 +264,8 @@ def datamodule_of_checkpoint(
     ckpt: dict[str, Any], args: argparse.Namespace, *, batch_size: int | None = None
 ) -> Any:
     """The data a checkpoint was trained on: its folder (unless the flags name other data) and its run
-    config's split, subset, protocol, augmentation and seed; ``batch_size`` replaces the run's."""
+    config's split, subset, protocol, augmentation and seed; ``batch_size`` replaces the run's training
+    and evaluation batches."""
     from sa_conv.checkpointing import run_config_of
     from sa_conv.run_config import RunConfig
     from sa_conv.training import datamodule_for
@@ -278,12 +282,15 @@ def datamodule_of_checkpoint(
     config = RunConfig.from_dict(run_config_of(ckpt))
     if batch_size is not None:
         config = config.replace(data={"batch_size": batch_size})
-    return datamodule_for(
+    data = datamodule_for(
         config,
         data_dir=data_dir or DEFAULT_DATA_DIR,
         synthetic=synthetic,
         synthetic_size=args.synthetic_size or trained.get("synthetic_size", SYNTHETIC_SIZE),
     )
+    if batch_size is not None:  # the evaluation's batches too (else at least 256: no lower)
+        data.eval_batch_size = batch_size
+    return data
 
 
 def data_note(datamodule: Any, ckpt: dict[str, Any]) -> str:
@@ -335,7 +342,8 @@ def _message(err: BaseException) -> str:
 def main_guard(main: Callable[[list[str] | None], int | None]) -> Callable[[list[str] | None], int]:
     """Run ``main(argv)``; expected failures print ``error: ...`` in one line and return 1; a run stopped
     by a signal prints ``stopped: ...`` (where, and how to resume) and returns 130 after Ctrl-C, 143 after
-    SIGTERM. ``--debug`` anywhere shows the full traceback instead."""
+    SIGTERM; out of memory says the batch size and how to lower it (``MemoryUse``), and how to resume
+    where a checkpoint exists. ``--debug`` anywhere shows the full traceback instead."""
 
     def wrapped(argv: list[str] | None = None) -> int:
         from sa_conv.interrupts import RunInterruptedError
@@ -365,6 +373,14 @@ def main_guard(main: Callable[[list[str] | None], int | None]) -> Callable[[list
         except SystemExit as exit_:  # argparse: --help (0) or a one-line usage error (2)
             code = exit_.code
             return code if isinstance(code, int) else (0 if code is None else 1)
+        except (RuntimeError, MemoryError) as err:
+            if debug or not is_out_of_memory(err):
+                raise
+            where, use = memory_device(err), getattr(err, "memory_use", None)
+        # out of memory: the line is made once the error (and the batch's tensors its frames hold) is gone
+        gc.collect()
+        print(f"error: {out_of_memory_line(where, use)}", file=sys.stderr)
+        return 1
 
     return wrapped
 

@@ -28,6 +28,7 @@ from experiments.cli import (
     positive_int,
     seed_int,
 )
+from experiments.memory import MemoryUse, is_out_of_memory
 from sa_conv.attention import MultiHeadSelfAttention2d
 from sa_conv.conversion import conv_to_attention
 from sa_conv.files import write_json
@@ -90,6 +91,12 @@ def build_parser() -> ArgumentParser:
     ckpt.add_argument("--layers", type=_ints, help="--to-conv: the layers (1-based, e.g. 1,2; default all)")
     data_flags(ckpt, default_note="the checkpoint's own data")
     ckpt.add_argument("--json", type=output_file, help="--all / --to-conv: also write the report here")
+    ckpt.add_argument(
+        "--eval-batch",
+        type=positive_int,
+        default=250,
+        help="--all / --to-conv: test images per forward pass (default: 250)",
+    )
     return parser
 
 
@@ -212,8 +219,8 @@ def convert_whole_network(args) -> int:
     if not converted:
         raise UserError(f"{args.checkpoint} has no convolution to convert")
     images, labels = test_images(ckpt, args)
-    reference, conv_time = logits_of(conv_net, images)
-    got, attention_time = logits_of(attention_net, images)
+    reference, conv_time = logits_of(conv_net, images, args.eval_batch)
+    got, attention_time = logits_of(attention_net, images, args.eval_batch)
     measured = compare(reference, got, labels)
     heads = sum(m.heads for m in attention_net.modules() if isinstance(m, MultiHeadSelfAttention2d))
     report = {
@@ -260,7 +267,7 @@ def convert_attention_to_conv(args) -> int:
     if not all(1 <= i <= n for i in chosen):
         raise UserError(f"--layers must be in 1..{n}, got {args.layers}")
     images, labels = test_images(ckpt, args)
-    reference, _ = logits_of(model, images)
+    reference, _ = logits_of(model, images, args.eval_batch)
     side, layers = model.config.grid, []
     for i in chosen:
         block = model.blocks[i - 1]
@@ -269,7 +276,7 @@ def convert_attention_to_conv(args) -> int:
         taps = block.attention.encoding.head_gaussians()[0].round().long().tolist()
         layers.append({"layer": i, "taps": taps, "conv_likeness": likeness.tolist()})
         block.attention = ConvInPlaceOfAttention(conv)
-    got, _ = logits_of(model, images)
+    got, _ = logits_of(model, images, args.eval_batch)
     measured = compare(reference, got, labels)
     report = {
         "checkpoint": str(args.checkpoint),
@@ -320,10 +327,15 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     if (args.all or args.to_conv or args.layers) and args.checkpoint is None:
         raise UserError("--all, --to-conv and --layers need --checkpoint")
-    if args.all:
-        return convert_whole_network(args)
-    if args.to_conv:
-        return convert_attention_to_conv(args)
+    if args.all or args.to_conv:
+        with MemoryUse(batch_size=args.eval_batch, lower="lower it with --eval-batch {n}"):
+            return convert_whole_network(args) if args.all else convert_attention_to_conv(args)
+    with MemoryUse(batch_size=args.batch, lower="lower it with --batch {n}"):
+        return convert_one(args)
+
+
+def convert_one(args: argparse.Namespace) -> int:
+    """One convolution (random, or a trained ResNet's layer on its real input) into attention, checked."""
     if args.checkpoint is not None:
         conv, x = check_checkpoint(args)
         source = f"{args.layer} of {args.checkpoint}, on its input for {args.batch} test images"
@@ -336,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             expected = conv(x)
         except RuntimeError as err:
+            if is_out_of_memory(err):
+                raise
             raise UserError(
                 f"the conv cannot run on a {tuple(x.shape)} input: {str(err).splitlines()[0]}"
             ) from None

@@ -17,6 +17,7 @@ from experiments.cli import (
     main_guard,
     positive_int,
 )
+from experiments.memory import MemoryUse
 from sa_conv.checkpointing import read_checkpoint
 from sa_conv.evaluation import evaluate
 from sa_conv.lit import ImageClassifier
@@ -27,7 +28,7 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("checkpoint", type=Path)
     data_flags(parser, default_note="the checkpoint's own data")
     parser.add_argument("--split", choices=("test", "val"), default="test")
-    parser.add_argument("--batch-size", type=positive_int, default=500)
+    parser.add_argument("--batch-size", type=positive_int, default=500, help="batch size (default: 500)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -41,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError("the run used the paper's protocol: it has no validation split (use --split test)")
     note = data_note(datamodule, ckpt)
     print(note, file=sys.stderr)
-    accuracy = evaluate(module, datamodule, args.split)
+    with MemoryUse(batch_size=args.batch_size):
+        accuracy = evaluate(module, datamodule, args.split)
     dataset = datamodule.test_set if args.split == "test" else datamodule.val_set
     report = {
         "accuracy": accuracy,

@@ -25,6 +25,7 @@ from experiments.cli import (
     output_file,
     positive_int,
 )
+from experiments.memory import MemoryUse
 from sa_conv.checkpointing import CheckpointError, read_checkpoint
 from sa_conv.data import CIFAR10DataModule, DataConfig
 from sa_conv.explorer import explorer_data, write_explorer
@@ -144,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         "test_acc": test_acc,
         "images_note": note,
     }
-    path = write_explorer(out, explorer_data(module.backbone, images, normalized, meta=meta))
+    with MemoryUse(batch_size=len(images), lower="lower it with --images {n}"):
+        data = explorer_data(module.backbone, images, normalized, meta=meta)
+    path = write_explorer(out, data)
     print(f"{path} ({path.stat().st_size / 2**20:.1f} MiB)")
     if args.screenshot is not None:
         query = tuple(args.query) if args.query else None

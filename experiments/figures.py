@@ -26,6 +26,7 @@ from experiments.cli import (
     main_guard,
     positive_int,
 )
+from experiments.memory import MemoryUse
 from sa_conv.analysis import attention_maps_of, figures_of_maps, history_of, locality_queries, lr_schedule_of
 from sa_conv.checkpointing import read_checkpoint
 from sa_conv.files import save_png, write_json
@@ -74,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     written, scalars = [], {}
     query = tuple(args.query) if args.query else None
-    maps = attention_maps_of(backbone, images)  # per layer (B|1, heads, N, N): the figures and the table
+    with MemoryUse(batch_size=len(images), lower="lower it with --images {n}"):
+        maps = attention_maps_of(backbone, images)  # per layer (B|1, heads, N, N): the figures and the table
     for tag, value in figures_of_maps(
         maps, side, query=query, history=history_of(ckpt), lr=lr_schedule_of(ckpt), name=name
     ):

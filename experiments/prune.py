@@ -27,6 +27,7 @@ from experiments.cli import (
     positive_float,
     positive_int,
 )
+from experiments.memory import MemoryUse
 from sa_conv.checkpointing import read_checkpoint, run_config_of
 from sa_conv.evaluation import evaluate
 from sa_conv.files import write_json
@@ -44,6 +45,9 @@ def build_parser() -> ArgumentParser:
         "--lr", type=positive_float, default=0.01, help="fine-tuning learning rate (default: 0.01)"
     )
     parser.add_argument("--limit-train-batches", type=positive_int, help="fine-tune on N batches per epoch")
+    parser.add_argument(
+        "--batch-size", type=positive_int, help="fine-tuning and evaluation batches (default: the run's)"
+    )
     parser.add_argument(
         "--output-dir", type=output_folder, default=Path("runs/pruned"), help="the fine-tuning run"
     )
@@ -96,7 +100,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             write_json(args.json, report)
         return 0
-    report.update(prune_and_fine_tune(module, pruned, config, datamodule_of_checkpoint(ckpt, args), args))
+    if args.batch_size is not None:
+        config = config.replace(data={"batch_size": args.batch_size})
+    datamodule = datamodule_of_checkpoint(ckpt, args, batch_size=args.batch_size)
+    with MemoryUse(batch_size=config.data.batch_size):
+        report.update(prune_and_fine_tune(module, pruned, config, datamodule, args))
     if args.json:
         write_json(args.json, report)
     print(json.dumps(report, indent=2))

@@ -20,6 +20,7 @@ from experiments.cli import (
     datamodule_from_flags,
     main_guard,
 )
+from experiments.memory import MemoryUse
 from experiments.presets import SCALES, preset
 from sa_conv.config import config_to_dict, field_types
 from sa_conv.models import MODELS
@@ -164,6 +165,12 @@ def run_options(args: argparse.Namespace) -> RunOptions:
     return RunOptions(**values)
 
 
+def newest_checkpoint(output_dir: Path, config: RunConfig) -> Path | None:
+    """The checkpoint ``--resume`` would continue from (a run of this config), if there is one."""
+    resume = find_resume("auto", output_dir, config, warn=lambda _message: None)
+    return resume.path if resume is not None else None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     config, args = resolve(argv)
@@ -180,7 +187,12 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"--resume auto: no run of {config.model} with this config yet; starting one", file=sys.stderr
             )
-    summary = train(config, datamodule=datamodule, options=options, resume=resume, slow_hint=SLOW_HINT)
+    with MemoryUse(
+        batch_size=config.data.batch_size,
+        resume="continue from {checkpoint} with the same command and --resume (at the batch size it ran)",
+        checkpoint=lambda: newest_checkpoint(options.output_dir, config),
+    ):
+        summary = train(config, datamodule=datamodule, options=options, resume=resume, slow_hint=SLOW_HINT)
     if config.data.protocol == "paper":
         accuracy = (
             f"best test acc {summary['best_test_acc']:.4f} | final test acc {summary['final_test_acc']:.4f}"

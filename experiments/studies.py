@@ -45,11 +45,16 @@ STUDIES: dict[str, tuple[Entry, ...]] = {
         Entry("gaussian", "gaussian", (0,)),
         # the same 15 epochs as the others (its committed row until that run finishes: a 6-epoch budget)
         Entry("learned-content", "learned-content", (0,)),
+        # the precision contract's bf16 against float32 on the phenomenon (docs/performance.md)
+        Entry("quadratic-bf16", "quadratic", (0, 1), {"precision": "bf16-mixed"}),
+        # does the grid form with more training? A fresh 60-epoch schedule (docs/results.md)
+        Entry("quadratic-60ep", "quadratic", (0, 1), {"epochs": 60}),
     ),
     "small6": (
         Entry("quadratic", "quadratic", (0, 1)),
         Entry("quadratic-16heads", "quadratic", (0, 1), {"model_config": {"heads": 16}}),
         Entry("learned", "learned", (0,)),
+        Entry("quadratic-45ep", "quadratic", (0,), {"epochs": 45}),
     ),
     "paper": tuple(Entry(m, m) for m in ("resnet18", "quadratic", "gaussian", "learned", "learned-content")),
 }

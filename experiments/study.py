@@ -3,7 +3,8 @@
     python -m experiments.study [--scale tiny|small|paper] [--data-dir DIR] [--out results/]
                                 [--figures figures/] [--only NAME ...]
 
-Writes ``<out>/<scale>.md`` and ``<out>/<scale>.json`` after every run; runs live under
+Writes ``<out>/<scale>.md`` and ``<out>/<scale>.json`` after every run (under the lock
+``<out>/.<scale>.lock``, merged with the rows other studies of the scale wrote meanwhile); runs live under
 ``<out>/runs/<scale>/<name>-seed<k>/``. A finished run (its ``metrics.json`` exists) is read back, an
 unfinished one resumes from its newest checkpoint, so a killed study continues where it was. A row of
 the committed ``<scale>.json`` whose run is not here (another machine's, an earlier clone's) is kept,
@@ -28,22 +29,24 @@ from experiments.cli import (
     ArgumentParser,
     UserError,
     check_data_dir,
+    flag,
     main_guard,
     output_folder,
     positive_int,
 )
+from experiments.memory import MemoryUse
 from experiments.presets import SCALES
 from experiments.studies import STUDIES, Entry, entry_config
-from experiments.study_tables import committed_rows, markdown, row_of
-from sa_conv.analysis import figures_of, history_of, layer_summary, lr_schedule_of
+from experiments.study_tables import ResultsTables
+from sa_conv.analysis import figures_of, history_of, initial_of, layer_summary, lr_schedule_of
 from sa_conv.checkpointing import read_checkpoint
 from sa_conv.curves import learning_curves, locality_by_layer
 from sa_conv.data import data_difference
 from sa_conv.evaluation import correct_on_test
-from sa_conv.files import save_png, write_json, write_text
+from sa_conv.files import save_png, write_json
 from sa_conv.lit import ImageClassifier
 from sa_conv.resume import find_resume
-from sa_conv.run_config import RunConfig, RunOptions, config_difference
+from sa_conv.run_config import RunConfig, RunOptions, config_difference, flat_options
 from sa_conv.training import datamodule_for, train
 
 
@@ -98,7 +101,33 @@ def run_entry(entry: Entry, seed: int, args: Any) -> dict[str, Any]:
     data = datamodule_for(
         config, data_dir=args.data_dir, synthetic=args.synthetic, synthetic_size=args.synthetic_size
     )
-    return train(config, datamodule=data, options=options, resume=resume)
+
+    def newest() -> Path | None:
+        found = find_resume("auto", root, config, warn=lambda _message: None)
+        return found.path if found is not None else None
+
+    with MemoryUse(
+        batch_size=config.data.batch_size,
+        what=f"training {entry.name} seed {seed}",
+        lower="lower it in a run of its own (a study trains every model at its preset's batch): "
+        + alone_command(entry, seed, args),
+        resume="run the same command again (the study resumes from {checkpoint})",
+        checkpoint=newest,
+    ):
+        return train(config, datamodule=data, options=options, resume=resume)
+
+
+def alone_command(entry: Entry, seed: int, args: Any) -> str:
+    """The ``experiments.run`` command that trains one run of the study alone, at batch size ``{n}``."""
+    words = ["python -m experiments.run", entry.model, "--scale", args.scale, "--seed", str(seed)]
+    for name, value in flat_options(entry.overrides).items():
+        if isinstance(value, bool):
+            words.append(flag(name) if value else f"--no-{flag(name)[2:]}")
+        elif name != "batch_size":
+            shown = " ".join(map(str, value)) if isinstance(value, tuple | list) else value
+            words += [flag(name), "none" if shown is None else str(shown)]
+    words += ["--synthetic"] if args.synthetic else ["--data-dir", str(args.data_dir)]
+    return " ".join([*words, "--batch-size {n}"])
 
 
 def render_figures(metrics: dict[str, Any], prefix: str, args: Any) -> None:
@@ -164,7 +193,7 @@ def in_progress(entry: Entry, seed: int, args: Any) -> tuple[dict[str, Any], dic
         "epoch_split": split,
         "epoch_acc": epochs[-1].get("val_acc" if split == "validation" else "test_acc") if epochs else None,
         "snapshot_step": snapshots[-1]["step"] if snapshots else None,
-        "layers": layer_summary(snapshots[-1]) if snapshots else [],
+        "layers": layer_summary(snapshots[-1], initial_of(snapshots)) if snapshots else [],
         "locality_history": snapshots,
     }
     return state, ckpt
@@ -265,33 +294,24 @@ def main(argv: list[str] | None = None) -> int:
         have = "; ".join(f"{e.name}: {', '.join(map(str, e.seeds))}" for e in entries)
         raise UserError(f"--seeds: no run has seed {', '.join(map(str, absent))} (the seeds: {have})")
     table = [(e, s) for e in STUDIES[args.scale] for s in e.seeds]  # the tables cover every entry
-    results = committed_rows(args.out / f"{args.scale}.json", table, args.scale)
+    # shared with every other study of this scale: each write merges its rows into the file's, locked
+    tables = ResultsTables.load(out=args.out, scale=args.scale, table=table)
     for entry, seed in table:  # entries left out by --only: their finished runs, read back
         if entry not in entries and (metrics := finished(entry, seed, args)) is not None:
-            results[(entry.name, seed)] = row_of(entry, seed, metrics)
-
-    def label(entry: Entry, seed: int) -> str:
-        return f"{entry.name} seed {seed}" + (f" ({entry.note})" if entry.note else "")
-
-    unfinished: list[dict[str, Any]] = []  # the report's view of the runs still training
-
-    def write() -> None:  # the finished runs, and every run without a result yet
-        rows = [results[(e.name, s)] for e, s in table if (e.name, s) in results]
-        missing = [label(e, s) for e, s in table if (e.name, s) not in results]
-        write_json(args.out / f"{args.scale}.json", rows)
-        write_text(args.out / f"{args.scale}.md", markdown(rows, args, missing, unfinished))
+            tables.add(entry, seed, metrics)
 
     for entry, seed in order:
         metrics = finished(entry, seed, args) if args.report else run_entry(entry, seed, args)
         if metrics is None:
             continue
-        results[(entry.name, seed)] = row_of(entry, seed, metrics)
+        tables.add(entry, seed, metrics)
         if not args.no_figures and "layers" in metrics:
             render_figures(metrics, f"{args.scale}_{entry.name}-seed{seed}", args)
-        write()
+        tables.write()  # the finished runs, and every run without a result yet
+    unfinished: list[dict[str, Any]] = []  # the report's view of the runs still training
     if args.report:  # every run without a result: where it stands; the figures of those asked for
-        unfinished.extend(report_unfinished(table, order, results, args))
-    write()
+        unfinished.extend(report_unfinished(table, order, tables.rows, args))
+    tables.write(unfinished)
     if not args.no_figures:
         scale_figures(args, unfinished)
     print((args.out / f"{args.scale}.md").read_text())

@@ -1,11 +1,13 @@
 """The study's tables: one row per run (its accuracy, FLOPs, locality, history, per-image test results),
-the committed rows it keeps, the Markdown table and the paired comparisons between models."""
+the committed rows it keeps, the Markdown table and the paired comparisons between models, and the
+results files every study process of a scale shares (``ResultsTables``)."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -13,13 +15,25 @@ from typing import Any
 from experiments.cli import UserError
 from experiments.presets import preset
 from experiments.studies import PAPER_TABLE, Entry, entry_config
-from sa_conv.analysis import layer_summary
+from sa_conv.analysis import initial_of, layer_summary
+from sa_conv.files import lock_file_of, locked, merge_rows, write_json, write_text
 from sa_conv.flops import analytic_flops
 from sa_conv.models import SAConfig
 from sa_conv.run_config import RunConfig
 from sa_conv.stats import accuracy_stderr, mcnemar, paired_bootstrap
 
-__all__ = ["committed_rows", "comparisons", "flops_of", "markdown", "row_of", "seed_mean_lines"]
+__all__ = [
+    "ResultsTables",
+    "committed_rows",
+    "comparisons",
+    "flops_of",
+    "markdown",
+    "row_of",
+    "run_label",
+    "seed_mean_lines",
+]
+
+Key = tuple[str, int]  # a run of the study: its entry's name and its seed
 
 
 def flops_of(config: RunConfig) -> dict[str, int]:
@@ -33,7 +47,7 @@ def flops_of(config: RunConfig) -> dict[str, int]:
 
 def locality_curve(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The run's locality record, per recorded step and layer (``layer_summary`` of each snapshot)."""
-    return [{"step": s["step"], "layers": layer_summary(s)} for s in history]
+    return [{"step": s["step"], "layers": layer_summary(s, initial_of(history))} for s in history]
 
 
 def row_of(entry: Entry, seed: int, metrics: dict[str, Any]) -> dict[str, Any]:
@@ -50,6 +64,7 @@ def row_of(entry: Entry, seed: int, metrics: dict[str, Any]) -> dict[str, Any]:
         "layers_count": config.model_config.layers if isinstance(config.model_config, SAConfig) else None,
         "heads": config.model_config.heads if isinstance(config.model_config, SAConfig) else None,
         "precision": metrics.get("precision", "32-true"),
+        "bf16_products": metrics.get("bf16_products"),  # emulated on a CPU without native bf16
         "params": metrics["params"],
         **flops_of(config),
         "test_acc": metrics["test_acc"],
@@ -61,7 +76,7 @@ def row_of(entry: Entry, seed: int, metrics: dict[str, Any]) -> dict[str, Any]:
         or metrics["n_train_images"] * metrics["epochs_completed"] / max(metrics["train_images_per_s"], 1e-9),
         "train_images_per_s": metrics["train_images_per_s"],
         # recomputed from the run's own record, so that a summary added later applies to finished runs
-        "layers": layer_summary(history[-1]) if history else [],
+        "layers": layer_summary(history[-1], initial_of(history)) if history else [],
         "locality_history": locality_curve(history),
         "epochs_history": metrics.get("history", []),
         "run_dir": metrics["run_dir"],
@@ -76,24 +91,97 @@ def _machine(hw: dict[str, Any]) -> str:
     return f"{hw.get('cpu', '?')} ({hw.get('cpu_count', '?')} cores), {hw.get('gpu') or 'no GPU'}"
 
 
-def committed_rows(path: Path, table: Sequence[tuple[Entry, int]], scale: str) -> dict[tuple[str, int], Any]:
-    """The rows of a committed results JSON for the study's entries, marked as not re-checked here, with
-    their FLOP columns recomputed from the entry's config (the committed count may predate its fix)."""
+def file_rows(path: Path, table: Sequence[tuple[Entry, int]]) -> dict[Key, Any]:
+    """The rows of a results JSON for the study's entries, as the file has them, by (name, seed)."""
     if not path.is_file():
         return {}
     try:
         rows = json.loads(path.read_text())
     except (OSError, ValueError):
         raise UserError(f"{path} is not a readable results JSON; move it away to rebuild it") from None
+    keys = {(e.name, s) for e, s in table}
+    found = {}
+    for row in rows if isinstance(rows, list) else []:
+        key = (row.get("name"), row.get("seed")) if isinstance(row, dict) else None
+        if key in keys:
+            found[key] = row
+    return found
+
+
+def committed_rows(path: Path, table: Sequence[tuple[Entry, int]], scale: str) -> dict[Key, Any]:
+    """The rows of a committed results JSON for the study's entries, marked as not re-checked here, with
+    their FLOP columns recomputed from the entry's config (the committed count may predate its fix)."""
     entries = {(e.name, s): e for e, s in table}
     kept = {}
-    for row in rows if isinstance(rows, list) else []:
-        key = (row.get("name"), row.get("seed"))
-        if key in entries:
-            config = entry_config(entries[key], scale, key[1])
-            row = {k: v for k, v in row.items() if k != "flops_per_image"}
-            kept[key] = {**row, **flops_of(config), "rechecked": False}
+    for key, row in file_rows(path, table).items():
+        config = entry_config(entries[key], scale, key[1])
+        row = {k: v for k, v in row.items() if k != "flops_per_image"}
+        kept[key] = {**row, **flops_of(config), "rechecked": False}
     return kept
+
+
+def run_label(entry: Entry, seed: int) -> str:
+    """A run as the tables name it: its entry, seed and note."""
+    return f"{entry.name} seed {seed}" + (f" ({entry.note})" if entry.note else "")
+
+
+@dataclass(kw_only=True)
+class ResultsTables:
+    """A scale's results files, ``<out>/<scale>.json`` and ``<out>/<scale>.md``, which every study process
+    of that scale writes (two ``--only`` studies at once, a ``--report`` beside a training study).
+
+    Each write takes the scale's lock (``<out>/.<scale>.lock``), reads the file's rows again, merges this
+    process's into them (its own runs' rows replace the file's, rows another process wrote are kept:
+    ``merge_rows``) and replaces both files atomically; a writer killed mid-write leaves the previous
+    complete files and, once it is gone, the lock to the next.
+    """
+
+    out: Path
+    scale: str
+    table: Sequence[tuple[Entry, int]]
+    rows: dict[Key, dict[str, Any]] = field(default_factory=dict)  # this process's view, in table order
+    own: set[Key] = field(default_factory=set)  # the rows it built from run folders
+    seen: dict[Key, Any] = field(default_factory=dict)  # the file's rows as it last read or wrote them
+
+    @classmethod
+    def load(cls, *, out: Path, scale: str, table: Sequence[tuple[Entry, int]]) -> ResultsTables:
+        """The tables of a scale, starting from the file's rows (marked as not re-checked here)."""
+        path = out / f"{scale}.json"
+        return cls(
+            out=out,
+            scale=scale,
+            table=table,
+            rows=committed_rows(path, table, scale),
+            seen=file_rows(path, table),
+        )
+
+    @property
+    def json_path(self) -> Path:
+        """The scale's results JSON (its Markdown beside it, of the same stem)."""
+        return self.out / f"{self.scale}.json"
+
+    def add(self, entry: Entry, seed: int, metrics: dict[str, Any]) -> None:
+        """The row of a run this process read back or trained (newer than the file's row of that run)."""
+        self.rows[(entry.name, seed)] = row_of(entry, seed, metrics)
+        self.own.add((entry.name, seed))
+
+    def write(self, unfinished: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+        """Merge this process's rows into the file's and write the JSON and the Markdown (with the runs
+        without a result, and where ``unfinished`` ones stand), under the lock; returns the rows."""
+        with locked(lock_file_of(self.json_path)):
+            current = file_rows(self.json_path, self.table)
+            merged = merge_rows(current, self.rows, own=self.own, seen=self.seen)
+            keys = [(e.name, s) for e, s in self.table]
+            self.rows = {key: merged[key] for key in keys if key in merged}
+            rows = list(self.rows.values())
+            missing = [run_label(e, s) for e, s in self.table if (e.name, s) not in self.rows]
+            for stale in self.out.glob(f".{self.scale}.*.tmp"):  # a killed writer's (only we write now)
+                stale.unlink(missing_ok=True)
+            write_json(self.json_path, rows)
+            md = markdown(rows, self, missing, unfinished)  # (it reads the scale off its second argument)
+            write_text(self.out / f"{self.scale}.md", md)
+            self.seen = {key: json.loads(json.dumps(row)) for key, row in self.rows.items()}  # as the file
+        return rows
 
 
 def markdown(
@@ -217,7 +305,9 @@ def locality_lines(rows: list[dict[str, Any]]) -> list[str]:
         "",
         "Locality per layer at the end of training (interior queries): mean attention distance in token "
         "pixels, sharp heads (>= 0.5 of their mass on one pixel) and the distinct taps they attend to, "
-        "median alpha of Gaussian heads:",
+        "median alpha of Gaussian heads; where recorded, the overlap of the heads' half-mass regions (mean "
+        "pairwise Jaccard index: 0 disjoint, 1 the same pixels), the pixels they cover together, and the "
+        "median distance the heads' centres moved from their initialization:",
         "",
     ]
     for r in rows:
@@ -236,7 +326,12 @@ def locality_cells(layers: list[dict[str, Any]]) -> list[str]:
         if layer.get("sharp_taps"):
             distinct += f" {tap_list(layer['sharp_taps'])}"
         sharp = f"{layer['sharp_heads']}/{layer['heads']} sharp{distinct}"
-        cells.append(f"layer {i + 1}: {layer['mean_distance']:.2f} px, {sharp}{alpha}")
+        motion = ""
+        if "overlap" in layer:
+            motion += f", overlap {layer['overlap']:.2f}, coverage {layer['coverage']} px"
+        if "median_displacement" in layer:
+            motion += f", centres moved {layer['median_displacement']:.2f} px (median)"
+        cells.append(f"layer {i + 1}: {layer['mean_distance']:.2f} px, {sharp}{alpha}{motion}")
     return cells
 
 

@@ -75,11 +75,11 @@ def load_checkpoint_file(path: str | Path) -> Any:
         with safe_globals():
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        if "Weights only load failed" in str(err):  # torch's refusal, before anything ran
-            found = re.search(r"GLOBAL (\S+)", str(err))
-            what = found.group(1) if found else "an instruction"
+        # torch's refusal of a function or class outside the allow-list, before anything ran (code needs one)
+        found = re.search(r"GLOBAL (\S+)", str(err))
+        if found:
             raise UnsafeCheckpointError(
-                f"{path} asks to run code when it is read ({what}: not a tensor or plain data): "
+                f"{path} asks to run code when it is read ({found.group(1)}: not a tensor or plain data): "
                 "it may be unsafe and was not loaded"
             ) from None
         raise CheckpointError(f"{path} is not a readable checkpoint ({type(err).__name__})") from None

@@ -42,10 +42,11 @@ def correct_on_test(
     images, labels = datamodule.evaluation_images(normalized=False)
     bf16 = precision == "bf16-mixed" and autocast_available(device)
     correct = []
-    for start in range(0, len(labels), 500):
-        batch = datamodule.normalize(images[start : start + 500].to(device))
+    size = datamodule.eval_batch_size
+    for start in range(0, len(labels), size):
+        batch = datamodule.normalize(images[start : start + size].to(device))
         with mixed_precision(device.type) if bf16 else contextlib.nullcontext():
             predicted = backbone(batch).argmax(-1).cpu()
-        correct.append(predicted == labels[start : start + 500])
+        correct.append(predicted == labels[start : start + size])
     backbone.train(was_training)
     return "".join("1" if ok else "0" for ok in torch.cat(correct).tolist())

@@ -1,15 +1,17 @@
 """Atomic file writes: a kill mid-write leaves the previous file (or none), never a half-written one; a
 full disk or quota (ENOSPC, EDQUOT) is one ``DiskFullError`` naming the file, what it held and the free
-space, with the previous file intact."""
+space, with the previous file intact. Files that several processes update (a study's results table)
+are changed under an exclusive lock, their rows merged (``locked``, ``merge_rows``)."""
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,9 @@ __all__ = [
     "free_bytes",
     "human_size",
     "is_disk_full",
+    "lock_file_of",
+    "locked",
+    "merge_rows",
     "new_folders_removed_on_error",
     "save_png",
     "write_json",
@@ -160,6 +165,51 @@ def save_png(figure: Any, path: str | Path, *, dpi: int = 110) -> None:
         lambda tmp: figure.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight", pad_inches=0.15),
         what="figure",
     )
+
+
+def lock_file_of(path: str | Path) -> Path:
+    """The lock file of ``path`` and its siblings of the same stem: ``results/small.json`` and
+    ``results/small.md`` share ``results/.small.lock``."""
+    path = Path(path)
+    return path.parent / f".{path.stem}.lock"
+
+
+@contextmanager
+def locked(lock: str | Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``lock`` (made if missing) for the block: processes that lock the
+    same file take turns. The kernel drops the lock when its holder ends, killed or not, so a dead writer
+    never blocks the next; the file stays (removing it would let two processes lock different files)."""
+    lock = Path(lock)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def merge_rows(
+    current: Mapping[Hashable, Any],
+    ours: Mapping[Hashable, Any],
+    *,
+    own: Collection[Hashable],
+    seen: Mapping[Hashable, Any],
+) -> dict[Hashable, Any]:
+    """The rows of a table several writers share, after one writer's update, by key.
+
+    ``current``: the file's rows now (read under the lock); ``ours``: the writer's view of the table;
+    ``own``: the keys of the rows it rebuilt itself (its runs: newer than the file's); ``seen``: the rows
+    as it last read or wrote the file. An own row replaces the file's; a row another writer changed since
+    ``seen`` is kept as that writer wrote it; any other row is the writer's view, or the file's where it
+    has none. No row of either side is lost.
+    """
+    merged = dict(current)
+    for key, row in ours.items():
+        theirs = key in current and current[key] != seen.get(key)
+        if key in own or not theirs:
+            merged[key] = row
+    return merged
 
 
 @contextmanager

@@ -5,13 +5,24 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
 
 from experiments import study
-from experiments.studies import Entry
-from experiments.study_tables import comparisons, flops_of, markdown, progress_line, seed_mean_lines
+from experiments.studies import STUDIES, Entry
+from experiments.study_tables import (
+    ResultsTables,
+    comparisons,
+    flops_of,
+    markdown,
+    progress_line,
+    seed_mean_lines,
+)
 from sa_conv.stats import accuracy_stderr as standard_error
 
 
@@ -262,3 +273,150 @@ def test_the_mean_over_seeds_averages_every_seed_per_layer() -> None:
     table |= {"train_time_s": 60, "train_images_per_s": 1, "test_acc_stderr": 0.01}
     args = type("Args", (), {"scale": "small6"})()
     assert lines[-1] in markdown([{**table, **r} for r in rows], args).splitlines()
+
+
+def _fake_metrics(entry: Entry, seed: int, scale: str, acc: float) -> dict[str, object]:
+    """What a finished run's metrics.json holds, as far as the study's row needs it."""
+    return {
+        "protocol": "clean",
+        "config": study.entry_config(entry, scale, seed).to_dict(),
+        "params": 1000,
+        "test_acc": acc,
+        "n_test_images": 2000,
+        "train_images_per_s": 100.0,
+        "train_step_seconds": 60.0,
+        "run_dir": f"/runs/{entry.name}-{seed}",
+    }
+
+
+def _exit_with(work, *args) -> None:
+    """A child process's whole life: ``work(*args)``, its return value as the exit code (1 on an error)."""
+    try:
+        code = work(*args)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    os._exit(code or 0)
+
+
+def test_two_studies_of_a_scale_at_once_keep_each_others_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--only quadratic`` and ``--only learned`` in two processes: both read the empty tables before
+    either finishes a run (a barrier), then write in turn; the tables end with both entries' rows."""
+    ctx = multiprocessing.get_context("fork")
+    both_started = ctx.Barrier(2)
+
+    def fake_run(entry: Entry, seed: int, args: object) -> dict[str, object]:
+        if seed == 0:
+            both_started.wait(timeout=60)
+        return _fake_metrics(entry, seed, "small", 0.5 + seed / 10)
+
+    monkeypatch.setattr(study, "finished", lambda entry, seed, args: None)
+    monkeypatch.setattr(study, "run_entry", fake_run)
+    out = tmp_path / "results"
+    argv = ["--scale", "small", "--synthetic", "--out", str(out), "--no-figures", "--only"]
+    procs = [ctx.Process(target=_exit_with, args=(study.main, [*argv, n])) for n in ("quadratic", "learned")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    rows = json.loads((out / "small.json").read_text())
+    assert [(r["name"], r["seed"], r["test_acc"], r["rechecked"]) for r in rows] == [
+        ("quadratic", 0, 0.5, True),
+        ("quadratic", 1, 0.6, True),
+        ("learned", 0, 0.5, True),
+        ("learned", 1, 0.6, True),
+    ]
+    text = (out / "small.md").read_text()
+    assert "| quadratic | 1 |" in text and "| learned | 1 |" in text and "*" not in text.split("| --- |")[1]
+    others = [
+        f"{e.name} seed {s}"
+        for e in STUDIES["small"]
+        if e.name not in ("quadratic", "learned")
+        for s in e.seeds
+    ]
+    assert f"Not finished (no result yet): {', '.join(others)}." in text
+    assert (out / ".small.lock").is_file() and not list(out.glob(".small.*.tmp"))
+
+
+HAMMER_WRITERS, HAMMER_WRITES = 3, 15
+HAMMER_TABLE = [
+    (Entry(f"w{w}", "quadratic", tuple(range(HAMMER_WRITES))), i)
+    for w in range(HAMMER_WRITERS)
+    for i in range(HAMMER_WRITES)
+]
+
+
+def _one_run_written(out: Path, writer: int, i: int) -> None:
+    """One study process's life in brief: read the tables, add one run's row, write them."""
+    tables = ResultsTables.load(out=out, scale="small", table=HAMMER_TABLE)
+    entry = HAMMER_TABLE[writer * HAMMER_WRITES][0]
+    tables.add(entry, i, _fake_metrics(entry, i, "small", i / 100))
+    tables.write()
+
+
+def _hammer(out: Path, writer: int) -> int:
+    for i in range(HAMMER_WRITES):
+        _one_run_written(out, writer, i)
+    return 0
+
+
+def test_writers_hammering_one_results_file_lose_no_row(tmp_path: Path) -> None:
+    """Three processes, each writing 15 runs' rows one at a time, each write a fresh read of the tables:
+    every row of every writer is in the file at the end (no write lost to another's)."""
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_exit_with, args=(_hammer, tmp_path, w)) for w in range(HAMMER_WRITERS)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+    assert [p.exitcode for p in procs] == [0] * HAMMER_WRITERS
+    rows = json.loads((tmp_path / "small.json").read_text())
+    assert [(r["name"], r["seed"], r["test_acc"]) for r in rows] == [
+        (entry.name, i, i / 100) for entry, i in HAMMER_TABLE
+    ]
+    assert "Not finished" not in (tmp_path / "small.md").read_text()
+
+
+def _killed_mid_write(out: Path, halfway: object) -> int:
+    """Writes one run's row, then a second one whose JSON stops halfway (the process is then killed)."""
+    _one_run_written(out, 0, 0)
+    text_writer = Path.write_text
+
+    def half_then_wait(self: Path, text: str, *args: object, **kwargs: object) -> int:
+        text_writer(self, text[: len(text) // 2])
+        halfway.set()
+        time.sleep(120)
+        return 0
+
+    Path.write_text = half_then_wait  # type: ignore[method-assign]
+    _one_run_written(out, 0, 1)
+    return 1
+
+
+def test_a_writer_killed_mid_write_leaves_complete_tables_and_the_lock(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("fork")
+    halfway = ctx.Event()
+    writer = ctx.Process(target=_exit_with, args=(_killed_mid_write, tmp_path, halfway))
+    writer.start()
+    assert halfway.wait(timeout=120), "the writer never reached its second write"
+    assert list(tmp_path.glob(".small.json.*.tmp"))  # half of the new table, not yet renamed
+    os.kill(writer.pid, signal.SIGKILL)  # while it holds the lock
+    writer.join(timeout=60)
+    assert writer.exitcode == -signal.SIGKILL
+    rows = json.loads((tmp_path / "small.json").read_text())  # the previous table, whole
+    assert [(r["name"], r["seed"]) for r in rows] == [("w0", 0)]
+
+    # the next writer is not blocked by the dead one's lock, and clears its half-written file
+    after = ctx.Process(target=_exit_with, args=(_one_run_written, tmp_path, 1, 0))
+    after.start()
+    after.join(timeout=120)
+    assert after.exitcode == 0
+    rows = json.loads((tmp_path / "small.json").read_text())
+    assert [(r["name"], r["seed"]) for r in rows] == [("w0", 0), ("w1", 0)]
+    assert (tmp_path / "small.md").read_text().count("| w") == 2
+    assert not list(tmp_path.glob(".small.*.tmp"))

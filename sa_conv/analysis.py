@@ -13,7 +13,16 @@ from torch import Tensor
 
 from sa_conv.curves import locality_over_training, locality_summary
 from sa_conv.lit import OptimConfig, lr_factor
-from sa_conv.metrics import SHARP_MASS, gaussian_alpha, interior_queries, locality, peak_shift
+from sa_conv.metrics import (
+    SHARP_MASS,
+    gaussian_alpha,
+    head_regions,
+    interior_queries,
+    locality,
+    overlap_and_coverage,
+    peak_shift,
+    shift_profile,
+)
 from sa_conv.models import Backbone
 from sa_conv.viz import attention_grid, centre_plot, layer_centres, layer_heads
 
@@ -22,6 +31,7 @@ __all__ = [
     "figures_of",
     "figures_of_maps",
     "history_of",
+    "initial_of",
     "layer_summary",
     "locality_queries",
     "locality_snapshot",
@@ -48,8 +58,10 @@ def attention_maps_of(backbone: Backbone, images: Tensor) -> list[Tensor]:
 
 
 def locality_snapshot(backbone: Backbone, images: Tensor, step: int) -> dict[str, Any]:
-    """The locality of every layer now: per head mean distance and peak mass (interior queries), and
-    for Gaussian heads their centres and inverse covariances. Plain lists (checkpoint- and JSON-ready)."""
+    """The locality of every layer now: per head mean distance, peak mass and peak shift (interior
+    queries); how the heads' half-mass regions overlap (mean pairwise Jaccard) and how many pixels they
+    cover; for Gaussian heads their centres and inverse covariances. Plain lists (checkpoint- and
+    JSON-ready)."""
     maps = attention_maps_of(backbone, images)  # per layer (B|1, heads, N, N)
     side = _side(backbone)
     queries = locality_queries(side)
@@ -58,10 +70,15 @@ def locality_snapshot(backbone: Backbone, images: Tensor, step: int) -> dict[str
     for probs, encoding in zip(maps, encodings, strict=True):
         m = locality(probs, side, side, queries=queries)
         shift, _ = peak_shift(probs, side, side, queries=queries)
+        overlap, coverage = overlap_and_coverage(
+            head_regions(shift_profile(probs, side, side, queries=queries))
+        )
         layer: dict[str, Any] = {
             "mean_distance": m.mean_distance.tolist(),
             "peak_mass": m.peak_mass.tolist(),
             "peak_shift": shift.tolist(),  # each head's most frequent most-attended shift (dy, dx)
+            "overlap": overlap,  # mean over head pairs of the Jaccard index of their half-mass regions
+            "coverage": coverage,  # pixels in the union of the heads' half-mass regions
         }
         gaussians = encoding.head_gaussians() if encoding is not None else None
         if gaussians is not None:
@@ -71,13 +88,16 @@ def locality_snapshot(backbone: Backbone, images: Tensor, step: int) -> dict[str
     return {"step": step, "layers": layers}
 
 
-def layer_summary(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
+def layer_summary(snapshot: dict[str, Any], initial: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Per layer: mean attention distance, number of sharp heads (>= 0.5 of their mass on one pixel),
     the number of distinct taps among them and the taps themselves, sorted (dy, dx) with one per sharp
     head (their peak shifts; rounded centres in records that predate them), the heads' mean mass on one
-    pixel (conv-likeness), and for Gaussian heads the median alpha."""
+    pixel (conv-likeness), the overlap and coverage of their half-mass regions (records that hold them),
+    and for Gaussian heads the median alpha and, given the ``initial`` snapshot (step 0), how far each
+    head's centre moved from it (pixels) and the median."""
     out = []
-    for layer in snapshot["layers"]:
+    starts = initial["layers"] if initial is not None else [None] * len(snapshot["layers"])
+    for layer, start in zip(snapshot["layers"], starts, strict=True):
         sharp = torch.tensor(layer["peak_mass"]) >= SHARP_MASS
         row = {
             "mean_distance": sum(layer["mean_distance"]) / len(layer["mean_distance"]),
@@ -92,17 +112,32 @@ def layer_summary(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
             taps = torch.tensor(shifts, dtype=torch.float64).reshape(-1, 2)[sharp]  # (sharp heads, 2)
             row["sharp_distinct_taps"] = len(torch.unique(taps, dim=0)) if len(taps) else 0
             row["sharp_taps"] = sorted([int(dy), int(dx)] for dy, dx in taps.round().tolist())
+        if "overlap" in layer:
+            row["overlap"], row["coverage"] = layer["overlap"], layer["coverage"]
         if "inverse_covariance" in layer:
             row["median_alpha"] = float(gaussian_alpha(torch.tensor(layer["inverse_covariance"])).median())
+        if (
+            start is not None
+            and "centres" in layer
+            and len(start.get("centres", [])) == len(layer["centres"])
+        ):
+            moved = (torch.tensor(layer["centres"]) - torch.tensor(start["centres"])).norm(dim=-1)  # (heads,)
+            row["displacement"] = [round(float(d), 4) for d in moved]
+            row["median_displacement"] = float(moved.median())
         out.append(row)
     return out
+
+
+def initial_of(history: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The snapshot at step 0 of a locality history (what head motion is measured from), if recorded."""
+    return history[0] if history and history[0]["step"] == 0 else None
 
 
 def _history_tensors(history: list[dict[str, Any]]) -> dict[str, Any]:
     """Snapshots -> ``(T, layers)`` series and ``(T, layers, heads, ...)`` centre arrays, when consistent."""
     heads = [[len(layer["peak_mass"]) for layer in s["layers"]] for s in history]
     out: dict[str, Any] = {"steps": [s["step"] for s in history]}
-    summaries = [layer_summary(s) for s in history]
+    summaries = [layer_summary(s, initial_of(history)) for s in history]
     out["mean_distance"] = torch.tensor([[r["mean_distance"] for r in s] for s in summaries])
     out["sharp_fraction"] = torch.tensor([[r["sharp_heads"] / r["heads"] for r in s] for s in summaries])
     out["conv_likeness"] = torch.tensor([[r["conv_likeness"] for r in s] for s in summaries])

@@ -15,16 +15,21 @@ from torch import Tensor
 from sa_conv.encodings import relative_shifts
 
 __all__ = [
+    "REGION_MASS",
     "SHARP_MASS",
     "Locality",
     "gaussian_alpha",
+    "head_regions",
     "head_table",
     "interior_queries",
     "locality",
+    "overlap_and_coverage",
     "peak_shift",
+    "shift_profile",
 ]
 
 SHARP_MASS = 0.5  # a head with >= half of its mass on one pixel attends like one tap of a convolution
+REGION_MASS = 0.5  # a head's region: the fewest shifts that hold half of its mass
 
 
 @dataclass(frozen=True)
@@ -146,3 +151,48 @@ def head_table(
         }
         for h in range(len(constancy))
     ]
+
+
+def shift_profile(probs: Tensor, height: int, width: int, *, queries: Tensor | None = None) -> Tensor:
+    """Each head's mean attention by shift key - query, over (images, queries): ``(heads, 2 height - 1,
+    2 width - 1)``, index ``[h, dy + height - 1, dx + width - 1]``; each head's profile sums to 1."""
+    if probs.ndim != 4 or probs.shape[-1] != height * width or probs.shape[-2] != height * width:
+        raise ValueError(
+            f"probs must be (B, heads, {height * width}, {height * width}), got {tuple(probs.shape)}"
+        )
+    p = probs.detach().double()
+    delta = relative_shifts(height, width, p.device)  # (N, N, 2)
+    if queries is not None:
+        p = p[:, :, queries.to(p.device)]  # (B, heads, Q, N)
+        delta = delta[queries.to(p.device)]  # (Q, N, 2)
+    codes = (delta[..., 0] + height - 1) * (2 * width - 1) + delta[..., 1] + width - 1  # (Q, N)
+    b, heads, q, n = p.shape
+    profile = torch.zeros(heads, (2 * height - 1) * (2 * width - 1), dtype=p.dtype, device=p.device)
+    flat = p.permute(1, 0, 2, 3).reshape(heads, b * q * n)  # (heads, B * Q * N)
+    profile.scatter_add_(1, codes.flatten().repeat(b)[None].expand(heads, -1), flat)
+    return (profile / (b * q)).view(heads, 2 * height - 1, 2 * width - 1)
+
+
+def head_regions(profile: Tensor, mass: float = REGION_MASS) -> Tensor:
+    """Each head's region: the fewest shifts holding at least ``mass`` of its profile (``shift_profile``),
+    the heaviest first; boolean ``(heads, rows, cols)``."""
+    heads = profile.shape[0]
+    flat = profile.reshape(heads, -1)
+    order = flat.argsort(dim=-1, descending=True, stable=True)
+    before = flat.gather(-1, order).cumsum(-1) - flat.gather(-1, order)  # mass of the heavier shifts
+    taken = before < mass - 1e-9  # (heads, shifts) in the sorted order: until the mass is reached
+    regions = torch.zeros_like(flat, dtype=torch.bool).scatter(-1, order, taken)
+    return regions.view_as(profile)
+
+
+def overlap_and_coverage(regions: Tensor) -> tuple[float, int]:
+    """How the heads' regions ``(heads, rows, cols)`` overlap and cover: the mean over head pairs of
+    |A and B| / |A or B| (0: disjoint, 1: the same pixels; 0 for one head), and the pixels in their union."""
+    flat = regions.reshape(regions.shape[0], -1).double()  # (heads, shifts)
+    inter = flat @ flat.T  # (heads, heads)
+    sizes = flat.sum(-1)
+    union = sizes[:, None] + sizes[None, :] - inter
+    pairs = torch.triu_indices(len(sizes), len(sizes), offset=1)
+    jaccard = inter[pairs[0], pairs[1]] / union[pairs[0], pairs[1]].clamp_min(1)
+    overlap = float(jaccard.mean()) if jaccard.numel() else 0.0
+    return overlap, int(regions.any(0).sum())

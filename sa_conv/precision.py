@@ -40,7 +40,7 @@ def flush_denormals() -> None:
 
 
 def warn_slow_bf16(config: RunConfig, accelerator: str) -> None:
-    """bf16 on a CPU without native bf16 (a resumed run keeps its precision): emulated, slower than float32."""
+    """bf16 on a CPU without native bf16 (a resumed run keeps its precision): emulated, slower."""
     gpu = torch.cuda.is_available() and accelerator != "cpu"
     if config.precision == "bf16-mixed" and not gpu and not cpu_has_native_bf16():
         print(

@@ -26,7 +26,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from sa_conv import __version__
 from sa_conv.allocator import keep_freed_memory
-from sa_conv.analysis import layer_summary
+from sa_conv.analysis import initial_of, layer_summary
 from sa_conv.callbacks import AttentionFigures, TrainingProgress
 from sa_conv.checkpointing import (
     AtomicCheckpointIO,
@@ -51,7 +51,7 @@ from sa_conv.flops import counted_flops
 from sa_conv.interrupts import RankRecord, RunInterruptedError, peer_lost, sigint_as_sigterm
 from sa_conv.lit import ImageClassifier
 from sa_conv.machine import hardware, peak_flops
-from sa_conv.mixed_precision import precision_plugin
+from sa_conv.mixed_precision import bf16_emulated, precision_plugin
 from sa_conv.precision import flush_denormals, settle_precision, warn_slow_bf16
 from sa_conv.resume import Resume
 from sa_conv.run_config import RunConfig, RunOptions, dump_config
@@ -141,7 +141,7 @@ def train(
             "best_checkpoint": _best_path(callbacks, options),
         }
         if snapshots:
-            summary["layers"] = layer_summary(snapshots[-1])
+            summary["layers"] = layer_summary(snapshots[-1], initial_of(snapshots))
             summary["locality_history"] = snapshots
         if trainer.is_global_zero and not options.fast_dev_run:
             write_json(run_dir / "metrics.json", summary)
@@ -434,6 +434,12 @@ def _summary(
         "mfu": achieved / (peak * trainer.world_size) if peak else None,
         "peak_tflops": peak / 1e12 if peak else None,
         "precision": config.precision,
+        # bf16 products: the device's own, or emulated exactly in float32 (a CPU without native bf16)
+        "bf16_products": (
+            ("emulated" if bf16_emulated(device.type) else "native")
+            if config.precision == "bf16-mixed"
+            else None
+        ),
         "peak_memory_gb": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
         "devices": trainer.world_size,
         "data": {

@@ -151,12 +151,12 @@ def sweep(conv: nn.Module, x: Tensor, expected: Tensor, args) -> int:
 
 def check_checkpoint(args) -> tuple[nn.Module, Tensor]:
     """A Conv2d of a trained ResNet18 and its real input on a batch of test images."""
-    from sa_conv.checkpointing import read_checkpoint
     from sa_conv.lit import ImageClassifier
+    from sa_conv.weights import load_trained
 
     if not args.layer:
         raise UserError("--checkpoint needs --layer NAME, --all or --to-conv")
-    ckpt = read_checkpoint(args.checkpoint)
+    ckpt = load_trained(args.checkpoint)
     backbone = ImageClassifier.from_checkpoint(ckpt).backbone.eval()
     convs = {name for name, m in backbone.named_modules() if type(m) is nn.Conv2d}
     if args.layer not in convs:
@@ -209,11 +209,11 @@ def finish(report: dict, lines: list[str], args) -> int:
 
 def convert_whole_network(args) -> int:
     """Every convolution of a trained ResNet18 replaced by its attention twin, evaluated on the test split."""
-    from sa_conv.checkpointing import read_checkpoint
     from sa_conv.conversion import convert_network
     from sa_conv.lit import ImageClassifier
+    from sa_conv.weights import load_trained
 
-    ckpt = read_checkpoint(args.checkpoint)
+    ckpt = load_trained(args.checkpoint)
     conv_net = ImageClassifier.from_checkpoint(ckpt).backbone.eval()
     attention_net, converted = convert_network(conv_net, alpha=args.alpha, impl=args.impl)
     if not converted:
@@ -254,11 +254,11 @@ def convert_whole_network(args) -> int:
 
 def convert_attention_to_conv(args) -> int:
     """Attention layers of a trained SA model replaced by their convolutions, evaluated on the test split."""
-    from sa_conv.checkpointing import read_checkpoint
     from sa_conv.conversion import ConvInPlaceOfAttention, attention_to_conv, conv_likeness
     from sa_conv.lit import ImageClassifier
+    from sa_conv.weights import load_trained
 
-    ckpt = read_checkpoint(args.checkpoint)
+    ckpt = load_trained(args.checkpoint)
     model = ImageClassifier.from_checkpoint(ckpt).backbone.eval()
     if not model.has_attention:
         raise UserError(f"{args.checkpoint} has no attention layers")

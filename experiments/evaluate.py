@@ -18,9 +18,9 @@ from experiments.cli import (
     positive_int,
 )
 from experiments.memory import MemoryUse
-from sa_conv.checkpointing import read_checkpoint
 from sa_conv.evaluation import evaluate
 from sa_conv.lit import ImageClassifier
+from sa_conv.weights import load_trained
 
 
 def build_parser() -> ArgumentParser:
@@ -35,7 +35,7 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    ckpt = read_checkpoint(args.checkpoint)
+    ckpt = load_trained(args.checkpoint)
     module = ImageClassifier.from_checkpoint(ckpt)
     datamodule = datamodule_of_checkpoint(ckpt, args, batch_size=args.batch_size)
     if args.split == "val" and datamodule.config.protocol == "paper":

@@ -26,11 +26,13 @@ from experiments.cli import (
     positive_int,
 )
 from experiments.memory import MemoryUse
-from sa_conv.checkpointing import CheckpointError, read_checkpoint
+from sa_conv.checkpointing import CheckpointError
 from sa_conv.data import CIFAR10DataModule, DataConfig
+from sa_conv.datasets import DataError
 from sa_conv.explorer import explorer_data, write_explorer
 from sa_conv.files import atomic_write
 from sa_conv.lit import ImageClassifier
+from sa_conv.weights import load_trained
 
 
 def build_parser() -> ArgumentParser:
@@ -108,7 +110,7 @@ def images_for(ckpt: dict[str, Any], args: Any, n: int) -> tuple[Any, Any, str]:
         data = datamodule_of_checkpoint(ckpt, args)
         note = f"{n} test images of {data.data_dir or 'synthetic data'}"
         images, _ = data.evaluation_images(n, normalized=False)
-    except (UserError, CheckpointError):  # the data is not here, or the checkpoint does not say which
+    except (UserError, CheckpointError, DataError):  # the data is not here, nor can it be downloaded
         if args.data_dir is not None:
             raise
         data = CIFAR10DataModule(DataConfig(), source="synthetic", synthetic_size=max(4 * n, 16))
@@ -128,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"--out {out} is a folder: name the page's file, e.g. {out / 'explorer.html'}")
     if args.screenshot is None and (args.layer is not None or args.query is not None):
         raise UserError("--layer and --query choose what --screenshot shows: give --screenshot PNG")
-    ckpt = read_checkpoint(args.checkpoint)
+    ckpt = load_trained(args.checkpoint)
     module = ImageClassifier.from_checkpoint(ckpt)
     model = ckpt["hyper_parameters"]["model"]
     if not module.backbone.has_attention:
@@ -137,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     images, normalized, note = images_for(ckpt, args, args.images)
     metrics = default_out(args.checkpoint).with_name("metrics.json")
     test_acc = json.loads(metrics.read_text()).get("test_acc") if metrics.is_file() else None
+    test_acc = ckpt.get("shipped", {}).get("test_acc", test_acc)
     meta = {
         "model": model,
         "config": ckpt.get("run_config") or module.hparams.model_config,

@@ -28,10 +28,10 @@ from experiments.cli import (
 )
 from experiments.memory import MemoryUse
 from sa_conv.analysis import attention_maps_of, figures_of_maps, history_of, locality_queries, lr_schedule_of
-from sa_conv.checkpointing import read_checkpoint
 from sa_conv.files import save_png, write_json
 from sa_conv.lit import ImageClassifier
 from sa_conv.metrics import head_table
+from sa_conv.weights import load_trained
 
 
 def build_parser() -> ArgumentParser:
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.out.exists() and not args.out.is_dir():
         raise UserError(f"--out {args.out} is a file, not a folder")
-    ckpt = read_checkpoint(args.checkpoint)  # read once: the model and the run's locality history
+    ckpt = load_trained(args.checkpoint)  # read once: the model and the run's locality history
     backbone = ImageClassifier.from_checkpoint(ckpt).backbone.eval()
     model = ckpt["hyper_parameters"]["model"]
     if not backbone.has_attention:

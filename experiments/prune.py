@@ -28,12 +28,13 @@ from experiments.cli import (
     positive_int,
 )
 from experiments.memory import MemoryUse
-from sa_conv.checkpointing import read_checkpoint, run_config_of
+from sa_conv.checkpointing import run_config_of
 from sa_conv.evaluation import evaluate
 from sa_conv.files import write_json
 from sa_conv.lit import ImageClassifier
 from sa_conv.run_config import RunConfig, RunOptions
 from sa_conv.training import module_for, train
+from sa_conv.weights import load_trained
 
 
 def build_parser() -> ArgumentParser:
@@ -74,7 +75,7 @@ def degenerate(backbone: Any) -> dict[int, list[int]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    ckpt = read_checkpoint(args.checkpoint)
+    ckpt = load_trained(args.checkpoint)
     config = RunConfig.from_dict(run_config_of(ckpt, args.checkpoint))
     module = ImageClassifier.from_checkpoint(ckpt)
     backbone = module.backbone

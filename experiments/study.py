@@ -38,6 +38,7 @@ from experiments.memory import MemoryUse
 from experiments.presets import SCALES
 from experiments.studies import STUDIES, Entry, entry_config
 from experiments.study_tables import ResultsTables
+from experiments.study_weights import carried_resume, carry, ship_run
 from sa_conv.analysis import figures_of, history_of, initial_of, layer_summary, lr_schedule_of
 from sa_conv.checkpointing import read_checkpoint
 from sa_conv.curves import learning_curves, locality_by_layer
@@ -48,6 +49,7 @@ from sa_conv.lit import ImageClassifier
 from sa_conv.resume import find_resume
 from sa_conv.run_config import RunConfig, RunOptions, config_difference, flat_options
 from sa_conv.training import datamodule_for, train
+from sa_conv.weights import weights_dir
 
 
 def run_root(entry: Entry, seed: int, args: Any) -> Path:
@@ -96,6 +98,8 @@ def run_entry(entry: Entry, seed: int, args: Any) -> dict[str, Any]:
     config = entry_config(entry, args.scale, seed)
     root = run_root(entry, seed, args)
     resume = find_resume("auto", root, config, warn=lambda m: print(m, file=sys.stderr))
+    if resume is None:  # a run another machine began and carried here
+        resume = carried_resume(args.scale, f"{entry.name}-seed{seed}", root, config, args.weights)
     print(f"== {entry.name} seed {seed}: {'resuming' if resume else 'training'}", flush=True)
     options = RunOptions(output_dir=root, progress="lines", figures_every=1000, snapshot_minutes=5)
     data = datamodule_for(
@@ -276,6 +280,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, metavar="K", help="only these seeds of each entry")
     parser.add_argument("--no-figures", action="store_true")
     parser.add_argument(
+        "--weights",
+        type=output_folder,
+        default=weights_dir(),
+        help="where finished runs' weights ship and unfinished runs' checkpoints are carried "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--carry",
+        action="store_true",
+        help="train nothing: copy every unfinished run's newest resumable checkpoint to WEIGHTS/unfinished/, "
+        "from where a study on any machine resumes it",
+    )
+    parser.add_argument(
         "--report",
         action="store_true",
         help="tables and figures of the finished runs, where the unfinished ones stand; train nothing",
@@ -300,11 +317,20 @@ def main(argv: list[str] | None = None) -> int:
         if entry not in entries and (metrics := finished(entry, seed, args)) is not None:
             tables.add(entry, seed, metrics)
 
+    if args.carry:
+        for entry, seed in order:
+            if finished(entry, seed, args) is None:
+                config = entry_config(entry, args.scale, seed)
+                resume = find_resume("auto", run_root(entry, seed, args), config, warn=lambda _m: None)
+                carry(args.scale, f"{entry.name}-seed{seed}", resume, args.weights)
+        return 0
     for entry, seed in order:
         metrics = finished(entry, seed, args) if args.report else run_entry(entry, seed, args)
         if metrics is None:
             continue
         tables.add(entry, seed, metrics)
+        row = tables.rows[(entry.name, seed)]
+        ship_run(f"{args.scale}/{entry.name}-seed{seed}", metrics, row, args.weights)
         if not args.no_figures and "layers" in metrics:
             render_figures(metrics, f"{args.scale}_{entry.name}-seed{seed}", args)
         tables.write()  # the finished runs, and every run without a result yet

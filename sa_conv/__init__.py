@@ -5,6 +5,7 @@ __version__ = "0.1.0"
 from sa_conv.attention import MultiHeadSelfAttention2d
 from sa_conv.encodings import GaussianEncoding, LearnedRelativeEncoding, QuadraticEncoding
 from sa_conv.models import create_model
+from sa_conv.weights import load_pretrained
 
 __all__ = [
     "GaussianEncoding",
@@ -13,4 +14,5 @@ __all__ = [
     "QuadraticEncoding",
     "__version__",
     "create_model",
+    "load_pretrained",
 ]

@@ -32,6 +32,7 @@ __all__ = [
     "AtomicCheckpointIO",
     "CheckpointError",
     "InterruptCheckpoint",
+    "RelocatedResume",
     "ResumableRNG",
     "RunConfigRecord",
     "UnsafeCheckpointError",
@@ -39,6 +40,7 @@ __all__ = [
     "read_checkpoint",
     "run_config_of",
     "safe_globals",
+    "with_best",
 ]
 
 
@@ -145,6 +147,58 @@ class RunConfigRecord(pl.Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
         checkpoint["run_config"] = self.config
+
+
+class RelocatedResume(pl.Callback):
+    """A run resumed in another folder than the one its checkpoint was written in (a checkpoint carried
+    from another machine): the checkpoint callbacks' records (best model and score, last checkpoint) move
+    into this run's folder, and the best model's weights the checkpoint carries (``carried_best``, see
+    ``with_best``) are written there, so the run ends as it would have in its first folder (Lightning
+    would keep only the best path, pointing at the other machine)."""
+
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        carried = checkpoint.pop("carried_best", None)
+        callbacks = {cb.state_key: cb for cb in trainer.checkpoint_callbacks}
+        best_paths = set()
+        for key, state in (checkpoint.get("callbacks") or {}).items():
+            callback = callbacks.get(key)
+            if callback is None or not state.get("dirpath"):
+                continue
+            if state["dirpath"] != callback.dirpath:
+                here = Path(callback.dirpath)
+
+                def moved(path: str, here: Path = here) -> str:
+                    return str(here / Path(path).name) if path else path
+
+                state["dirpath"] = callback.dirpath
+                for name in ("best_model_path", "kth_best_model_path", "last_model_path"):
+                    state[name] = moved(state.get(name, ""))
+                state["best_k_models"] = {moved(k): v for k, v in (state.get("best_k_models") or {}).items()}
+            if state.get("best_model_path"):
+                best_paths.add(Path(state["best_model_path"]))
+        if carried is None or not trainer.is_global_zero:
+            return
+        model = carried["checkpoint"]
+        for best in best_paths:
+            if best.name == carried["file"] and not best.exists():  # the best model of the other folder
+                best.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(best, lambda tmp: torch.save(model, tmp), what="best checkpoint")
+
+
+def with_best(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """A resumable checkpoint that also carries its run's best model (weights and what rebuilds them) when
+    that is another file, for a resume on a machine without the run's folder (``RelocatedResume``)."""
+    states = [v for k, v in (ckpt.get("callbacks") or {}).items() if k.startswith("ModelCheckpoint")]
+    best = next((Path(s["best_model_path"]) for s in states if s.get("best_model_path")), None)
+    if best is None or not best.is_file():
+        return ckpt
+    model = read_checkpoint(best)
+    keep = ("hyper_parameters", "state_dict", "epoch", "global_step", "run_config", "sa_conv_version")
+    kept = {k: model[k] for k in keep if k in model}
+    kept["pytorch-lightning_version"] = model.get("pytorch-lightning_version")
+    return {**ckpt, "carried_best": {"file": best.name, "checkpoint": kept}}
 
 
 class InterruptCheckpoint(pl.Callback):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ __all__ = [
     "hardware",
     "peak_flops",
     "resolve_precision",
+    "source_commit",
 ]
 
 PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed")
@@ -118,6 +120,30 @@ def peak_flops(device: torch.device, precision: str) -> float | None:
 
     dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision, torch.float32)
     return get_available_flops(device, dtype)
+
+
+def source_commit() -> str | None:
+    """The git commit of the sa-conv checkout running (``+dirty`` with uncommitted changes to its code),
+    or None outside a checkout."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", "sa_conv", "experiments"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "") if head else None
 
 
 def hardware() -> dict[str, Any]:

@@ -32,6 +32,7 @@ from sa_conv.checkpointing import (
     AtomicCheckpointIO,
     CheckpointError,
     InterruptCheckpoint,
+    RelocatedResume,
     ResumableRNG,
     RunConfigRecord,
     safe_globals,
@@ -50,7 +51,7 @@ from sa_conv.files import (
 from sa_conv.flops import counted_flops
 from sa_conv.interrupts import RankRecord, RunInterruptedError, peer_lost, sigint_as_sigterm
 from sa_conv.lit import ImageClassifier
-from sa_conv.machine import hardware, peak_flops
+from sa_conv.machine import hardware, peak_flops, source_commit
 from sa_conv.mixed_precision import bf16_emulated, precision_plugin
 from sa_conv.precision import flush_denormals, settle_precision, warn_slow_bf16
 from sa_conv.resume import Resume
@@ -111,6 +112,7 @@ def train(
         config = settle_precision(config, options.accelerator, resume.stored if resume else None)
         warn_slow_bf16(config, options.accelerator)
         flush_denormals()
+        commit = source_commit()  # the code that trains it (from this start on, for a resumed run)
         if _on_gpu(options):  # TF32 tensor cores, or not
             torch.set_float32_matmul_precision("high" if config.tf32 else "highest")
         else:  # every CPU step makes the same large tensors: pages already faulted in, not fresh ones
@@ -139,6 +141,7 @@ def train(
             **test,
             "history": history,
             "best_checkpoint": _best_path(callbacks, options),
+            "commit": commit,
         }
         if snapshots:
             summary["layers"] = layer_summary(snapshots[-1], initial_of(snapshots))
@@ -221,7 +224,7 @@ def _callbacks(
         every = options.history_every or max(1, round(config.epochs * steps / 40))
         figures = AttentionFigures(every_n_epochs=options.figures_every, history_every_n_steps=every)
     ranks = RankRecord(options.output_dir / ".ranks")
-    extra = [LearningRateMonitor(logging_interval="step"), progress, ResumableRNG(), ranks]
+    extra = [LearningRateMonitor(logging_interval="step"), progress, ResumableRNG(), RelocatedResume(), ranks]
     extra.append(RunConfigRecord(config.to_dict()))
     everything = [best, *latest, interrupt, *extra, *([figures] if figures else [])]
     return _Callbacks(everything, best, interrupt, progress, figures, ranks)

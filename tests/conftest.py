@@ -12,9 +12,18 @@ import torch
 SHARED_ARCHIVE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cifar10-jpeg.tar.gz"
 
 
+SHIPPED_WEIGHTS = Path(__file__).resolve().parents[1] / "weights"
+
+
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _weights_elsewhere(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Studies in tests ship and carry into a folder of their own, never the checkout's ``weights/``."""
+    monkeypatch.setenv("SA_CONV_WEIGHTS", str(tmp_path_factory.mktemp("weights")))
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,43 @@
+"""The trained models that ship with the suite: name, accuracy, size, and how each was trained.
+
+    python -m experiments.models [--json]
+
+Any command that takes a checkpoint takes one of these names too, e.g.
+``python -m experiments.explore small6/quadratic-seed0 --out page.html``; in Python,
+``sa_conv.load_pretrained("small6/quadratic-seed0")``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from experiments.cli import ArgumentParser, main_guard
+from sa_conv.weights import manifest, weights_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    """List the shipped models."""
+    parser = ArgumentParser(prog="python -m experiments.models", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="the manifest's entries as JSON")
+    args = parser.parse_args(argv)
+    models = manifest()
+    if args.json:
+        print(json.dumps(models, indent=1))
+        return 0
+    if not models:
+        print(f"no shipped models in {weights_dir()}")
+        return 0
+    print(f"{'name':<34} {'test acc':>9} {'params':>8} {'size':>9}  precision  epochs")
+    for name, m in models.items():
+        acc = f"{100 * m['test_acc']:.1f}%"
+        print(
+            f"{name:<34} {acc:>9} {m['params'] / 1e6:7.3f}M {m['bytes'] / 2**20:7.2f}MiB  "
+            f"{m['precision']:<9}  {m['epochs']}"
+        )
+    print(f"({len(models)} models in {weights_dir()}; test accuracy on {m['n_test_images']} test images)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main_guard(main)())

@@ -1,0 +1,68 @@
+"""The study's weights: each finished run shipped (``sa_conv.weights``), each unfinished one carried to
+the next machine as its newest resumable checkpoint, and picked up there."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from sa_conv.checkpointing import read_checkpoint, with_best
+from sa_conv.files import atomic_write
+from sa_conv.machine import source_commit
+from sa_conv.resume import Resume, find_resume
+from sa_conv.run_config import RunConfig, config_difference
+from sa_conv.weights import carried_checkpoint, manifest, ship
+
+__all__ = ["carried_resume", "carry", "ship_run"]
+
+
+def carried_resume(scale: str, run: str, root: Path, config: RunConfig, weights: Path) -> Resume | None:
+    """The carried checkpoint of run ``run`` (``<name>-seed<k>``), if one is there: it continues in a new
+    run folder under ``root``, exactly where the other machine stopped."""
+    path = carried_checkpoint(scale, run, weights)
+    if not path.is_file():
+        return None
+    print(f"== {run}: resuming the checkpoint carried from another machine, {path}", flush=True)
+    return find_resume(str(path), root, config)
+
+
+def ship_run(name: str, metrics: dict[str, Any], row: dict[str, Any], weights: Path) -> bool:
+    """Ship a finished run's reported weights (its best checkpoint) as ``name`` unless the manifest
+    already lists this run; drop its carried checkpoint. False where the checkpoint is not here."""
+    best = metrics.get("best_checkpoint")
+    shipped = manifest(weights).get(name)
+    same = (
+        shipped is not None
+        and shipped["test_acc"] == metrics["test_acc"]
+        and not config_difference(shipped["config"], metrics["config"])
+    )
+    if not same:
+        if not best or not Path(best).is_file():
+            return False
+        ckpt = read_checkpoint(best)
+        commit = metrics.get("commit") or source_commit()
+        entry = ship(
+            name, ckpt, row=row, history=metrics.get("locality_history"), commit=commit, root=weights
+        )
+        print(f"== {name}: weights shipped, {weights / entry['file']} ({entry['bytes'] / 2**20:.2f} MiB)")
+    scale, run = name.split("/")
+    carried_checkpoint(scale, run, weights).unlink(missing_ok=True)
+    return True
+
+
+def carry(scale: str, run: str, resume: Resume | None, weights: Path) -> Path | None:
+    """Copy an unfinished run's newest resumable checkpoint to its carried place (replaced in place)."""
+    if resume is None:
+        return None
+    target = carried_checkpoint(scale, run, weights)
+    if target.is_file() and target.resolve() == resume.path.resolve():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    ckpt = with_best(read_checkpoint(resume.path))
+    atomic_write(target, lambda tmp: torch.save(ckpt, tmp), what="carried checkpoint")
+    step = ckpt["global_step"]
+    print(f"== {run}: step {step} carried to {target}", file=sys.stderr)
+    return target

@@ -7,8 +7,8 @@
 # followed by the next, which resumes from the newest checkpoint (a 10-minute snapshot, a step or an epoch
 # end) to the same weights as an unbroken run; after MAX_KILLED (default 3) such chunks in a row the script
 # stops. Killed itself (a lost machine), run it again: every chunk is `--resume auto`.
-# Stops after CHUNKS chunks (default: until every epoch is done). bf16-mixed; PRECISION=32-true for the
-# paper's float32. CIFAR-10 from DATA_DIR (ImageFolder or torchvision root), else data/cifar10-jpeg.tar.gz
+# Stops after CHUNKS chunks (default: until every epoch is done). The default precision (--precision auto:
+# float32, TF32 products, until bf16 is validated); PRECISION=bf16-mixed for the project's bf16. CIFAR-10 from DATA_DIR (ImageFolder or torchvision root), else data/cifar10-jpeg.tar.gz
 # of the checkout, extracted. Runs on a bare machine: python3, PYTHONPATH, no pip.
 # `--device cpu` is a dry run on the CPU at the tiny scale (float32; synthetic images unless DATA_DIR is
 # set); EXTRA_ARGS adds flags of experiments.run to every chunk (e.g. "--epochs 2 --checkpoint-every 5").
@@ -26,7 +26,7 @@ if [[ "$device" == cuda ]]; then
     DATA_DIR=data/extracted/cifar10-jpeg
   fi
   : "${DATA_DIR:?set DATA_DIR to CIFAR-10 (or put cifar10-jpeg.tar.gz in data/)}"
-  run=(--scale paper --precision "${PRECISION:-bf16-mixed}" --accelerator gpu --data-dir "$DATA_DIR")
+  run=(--scale paper --precision "${PRECISION:-auto}" --accelerator gpu --data-dir "$DATA_DIR")
 elif [[ "$device" == cpu ]]; then
   run=(--scale tiny --precision "${PRECISION:-32-true}" --accelerator cpu)
   if [[ -n "${DATA_DIR:-}" ]]; then run+=(--data-dir "$DATA_DIR"); else run+=(--synthetic); fi

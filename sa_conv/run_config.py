@@ -57,7 +57,9 @@ class RunConfig:
     limit_train_batches: int | float | None = option(
         None, "Lightning: batches (int) or a fraction (float) of each epoch"
     )
-    precision: str = option("auto", "auto: bf16-mixed on a GPU, 32-true on a CPU (recorded by the run)")
+    precision: str = option(
+        "auto", "auto: 32-true on every device until bf16 is validated (recorded by the run); bf16-mixed"
+    )
     tf32: bool = option(True, "float32 matrix products on CUDA in TF32 (--no-tf32: strict float32)")
     seed: int = option(0, "weights, data split, augmentation and dropout")
 

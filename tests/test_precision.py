@@ -39,12 +39,12 @@ def test_arm_bf16_feature_counts(monkeypatch) -> None:
     assert machine.cpu_has_native_bf16()
 
 
-def test_auto_is_bf16_on_a_gpu_and_float32_on_any_cpu(monkeypatch) -> None:
-    cpu_with(monkeypatch, "amx_bf16")  # even with native bf16: it moved the CPU-scale result
+def test_auto_is_float32_on_every_device_until_bf16_is_validated(monkeypatch) -> None:
+    cpu_with(monkeypatch, "amx_bf16")  # even with native bf16
     assert machine.resolve_precision("auto", "cpu") == "32-true"
     monkeypatch.setattr(machine.torch.cuda, "is_available", lambda: True)
-    assert machine.resolve_precision("auto", "gpu") == "bf16-mixed"
-    assert machine.resolve_precision("auto", "cpu") == "32-true"  # a CPU run on a GPU machine
+    assert machine.resolve_precision("auto", "gpu") == "32-true"  # TF32 products: the run's tf32 option
+    assert machine.resolve_precision("auto", "cpu") == "32-true"
     for explicit in ("32-true", "bf16-mixed"):
         assert machine.resolve_precision(explicit, "cpu") == explicit
 
@@ -55,7 +55,7 @@ def test_a_resumed_run_keeps_its_precision(monkeypatch, capsys) -> None:
     assert settle_precision(config, "cpu").precision == "32-true"  # a new run: this machine's choice
     monkeypatch.setattr(machine.torch.cuda, "is_available", lambda: True)  # a GPU machine would pick bf16
     assert settle_precision(config, "gpu", {"precision": "32-true"}).precision == "32-true"
-    assert settle_precision(config, "gpu", {"precision": "auto"}).precision == "bf16-mixed"  # older runs
+    assert settle_precision(config, "gpu", {"precision": "auto"}).precision == "32-true"  # older runs
     cpu_with(monkeypatch, "avx2")
     warn_slow_bf16(config.replace(precision="bf16-mixed"), "cpu")
     assert "no native bf16" in capsys.readouterr().err  # it says it will be slow

@@ -21,18 +21,18 @@ import torch
 from experiments.benchmark_steps import bench_allocator, bench_model_steps, bench_training_step
 from experiments.benchmark_tools import SCALES, Scale, forward_backward, peak_memory, time_it
 from experiments.cli import ArgumentParser, main_guard, output_file, positive_int
-from sa_conv.allocator import keep_freed_memory
-from sa_conv.attention import MultiHeadSelfAttention2d
-from sa_conv.data import CIFAR10_MEAN, CIFAR10_STD, random_crop_flip
-from sa_conv.encodings import (
+from sa_conv.data.datamodule import CIFAR10_MEAN, CIFAR10_STD, random_crop_flip
+from sa_conv.nn.attention import MultiHeadSelfAttention2d
+from sa_conv.nn.encodings import (
     CompositeRelativeEncoding,
     GaussianEncoding,
     LearnedRelativeEncoding,
     QuadraticEncoding,
 )
-from sa_conv.files import write_json
-from sa_conv.machine import hardware
-from sa_conv.precision import flush_denormals
+from sa_conv.training.precision import flush_denormals
+from sa_conv.utils.allocator import keep_freed_memory
+from sa_conv.utils.files import write_json
+from sa_conv.utils.machine import hardware
 
 BASELINE = (
     "reference: dense float32 probabilities (heads, N, N) shared by the batch, "

@@ -17,12 +17,12 @@ from torch import nn
 
 from experiments.benchmark_tools import Scale, time_it
 from experiments.presets import preset
-from sa_conv.allocator import keep_freed_memory
-from sa_conv.attention import MultiHeadSelfAttention2d
-from sa_conv.flops import counted_flops
-from sa_conv.machine import resolve_precision
-from sa_conv.mixed_precision import emulated_products, mixed_precision
+from sa_conv.analysis.flops import counted_flops
 from sa_conv.models import MODELS, create_model
+from sa_conv.nn.attention import MultiHeadSelfAttention2d
+from sa_conv.training.precision import emulated_products, mixed_precision
+from sa_conv.utils.allocator import keep_freed_memory
+from sa_conv.utils.machine import resolve_precision
 
 __all__ = ["ALLOCATOR_MODELS", "bench_allocator", "bench_model_steps", "bench_training_step"]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn
 
 from experiments.memory import is_out_of_memory, memory_device, out_of_memory_line
-from sa_conv.config import field_help, field_types
+from sa_conv.utils.config import field_help, field_types
 
 __all__ = [
     "DEFAULT_DATA_DIR",
@@ -114,7 +114,7 @@ def output_folder(text: str) -> Path:
 
 def _check_writable(folder: Path, path: Path) -> None:
     """``folder`` (or, while it does not exist, its nearest existing parent) takes a new file."""
-    from sa_conv.files import can_write_in
+    from sa_conv.utils.files import can_write_in
 
     reason = can_write_in(folder)
     if reason:
@@ -248,7 +248,7 @@ def check_data_dir(path: Path) -> None:
 
 def datamodule_from_flags(args: argparse.Namespace, config: Any) -> Any:
     """The data module of a run config over the data the flags name."""
-    from sa_conv.training import datamodule_for
+    from sa_conv.training.run import datamodule_for
 
     if args.data_dir is not None:
         check_data_dir(args.data_dir)
@@ -266,9 +266,9 @@ def datamodule_of_checkpoint(
     """The data a checkpoint was trained on: its folder (unless the flags name other data) and its run
     config's split, subset, protocol, augmentation and seed; ``batch_size`` replaces the run's training
     and evaluation batches."""
-    from sa_conv.checkpointing import run_config_of
-    from sa_conv.run_config import RunConfig
-    from sa_conv.training import datamodule_for
+    from sa_conv.training.config import RunConfig
+    from sa_conv.training.run import datamodule_for
+    from sa_conv.utils.safe_load import run_config_of
 
     trained = ckpt.get("datamodule_hyper_parameters") or {}
     synthetic = args.synthetic or (args.data_dir is None and trained.get("source") == "synthetic")
@@ -295,8 +295,8 @@ def datamodule_of_checkpoint(
 
 def data_note(datamodule: Any, ckpt: dict[str, Any]) -> str:
     """Which data a command on a checkpoint uses, and whether the checkpoint trained on it."""
-    from sa_conv.data import data_difference
-    from sa_conv.resume import data_fingerprint_of
+    from sa_conv.data.datamodule import data_difference
+    from sa_conv.training.resume import data_fingerprint_of
 
     now = datamodule.fingerprint()
     where = datamodule.data_dir or "synthetic images"
@@ -316,9 +316,9 @@ def data_note(datamodule: Any, ckpt: dict[str, Any]) -> str:
 def _user_errors() -> tuple[type[BaseException], ...]:
     from lightning_fabric.utilities.exceptions import MisconfigurationException
 
-    from sa_conv.checkpointing import CheckpointError
-    from sa_conv.data import DataError
-    from sa_conv.interrupts import RankLostError
+    from sa_conv.data.datamodule import DataError
+    from sa_conv.training.signals import RankLostError
+    from sa_conv.utils.safe_load import CheckpointError
 
     return (
         UserError,
@@ -346,8 +346,8 @@ def main_guard(main: Callable[[list[str] | None], int | None]) -> Callable[[list
     where a checkpoint exists. ``--debug`` anywhere shows the full traceback instead."""
 
     def wrapped(argv: list[str] | None = None) -> int:
-        from sa_conv.interrupts import RunInterruptedError
-        from sa_conv.precision import flush_denormals
+        from sa_conv.training.precision import flush_denormals
+        from sa_conv.training.signals import RunInterruptedError
 
         flush_denormals()  # before any parallel op starts the intra-op threads, which copy the CPU mode
         quiet_libraries()
@@ -399,7 +399,7 @@ _quiet_hooks: dict[str, Any] = {}  # the thread hook this module installed (inst
 def quiet_disk_full_threads() -> None:
     """A writer thread (TensorBoard's) that finds the disk full stays quiet: the error reaches the main
     thread at the next write, where it becomes one line."""
-    from sa_conv.files import is_disk_full
+    from sa_conv.utils.files import is_disk_full
 
     previous = threading.excepthook
     if previous is _quiet_hooks.get("installed"):

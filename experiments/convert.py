@@ -29,10 +29,10 @@ from experiments.cli import (
     seed_int,
 )
 from experiments.memory import MemoryUse, is_out_of_memory
-from sa_conv.attention import MultiHeadSelfAttention2d
-from sa_conv.conversion import conv_to_attention
-from sa_conv.files import write_json
-from sa_conv.machine import hardware
+from sa_conv.nn.attention import MultiHeadSelfAttention2d
+from sa_conv.nn.conversion import conv_to_attention
+from sa_conv.utils.files import write_json
+from sa_conv.utils.machine import hardware
 
 
 def _ints(text: str, *, minimum: int = 1) -> int | tuple[int, ...]:
@@ -151,8 +151,8 @@ def sweep(conv: nn.Module, x: Tensor, expected: Tensor, args) -> int:
 
 def check_checkpoint(args) -> tuple[nn.Module, Tensor]:
     """A Conv2d of a trained ResNet18 and its real input on a batch of test images."""
-    from sa_conv.lit import ImageClassifier
-    from sa_conv.weights import load_trained
+    from sa_conv.training.checkpoints import load_trained
+    from sa_conv.training.module import ImageClassifier
 
     if not args.layer:
         raise UserError("--checkpoint needs --layer NAME, --all or --to-conv")
@@ -209,9 +209,9 @@ def finish(report: dict, lines: list[str], args) -> int:
 
 def convert_whole_network(args) -> int:
     """Every convolution of a trained ResNet18 replaced by its attention twin, evaluated on the test split."""
-    from sa_conv.conversion import convert_network
-    from sa_conv.lit import ImageClassifier
-    from sa_conv.weights import load_trained
+    from sa_conv.nn.conversion import convert_network
+    from sa_conv.training.checkpoints import load_trained
+    from sa_conv.training.module import ImageClassifier
 
     ckpt = load_trained(args.checkpoint)
     conv_net = ImageClassifier.from_checkpoint(ckpt).backbone.eval()
@@ -254,9 +254,9 @@ def convert_whole_network(args) -> int:
 
 def convert_attention_to_conv(args) -> int:
     """Attention layers of a trained SA model replaced by their convolutions, evaluated on the test split."""
-    from sa_conv.conversion import ConvInPlaceOfAttention, attention_to_conv, conv_likeness
-    from sa_conv.lit import ImageClassifier
-    from sa_conv.weights import load_trained
+    from sa_conv.nn.conversion import ConvInPlaceOfAttention, attention_to_conv, conv_likeness
+    from sa_conv.training.checkpoints import load_trained
+    from sa_conv.training.module import ImageClassifier
 
     ckpt = load_trained(args.checkpoint)
     model = ImageClassifier.from_checkpoint(ckpt).backbone.eval()
@@ -304,9 +304,9 @@ def convert_attention_to_conv(args) -> int:
 
 def save_conversion_figure(conv: nn.Module, attention: nn.Module, x: Tensor, path: Path) -> None:
     """The kernel, the heads' centres on its grid, and their attention at a central query."""
-    from sa_conv.conversion import dense_kernel
-    from sa_conv.files import save_png
-    from sa_conv.viz import conversion_figure
+    from sa_conv.analysis.figures import conversion_figure
+    from sa_conv.nn.conversion import dense_kernel
+    from sa_conv.utils.files import save_png
 
     if x.ndim != 4:
         raise UserError("--figure draws 2D convolutions only")

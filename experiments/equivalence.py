@@ -17,10 +17,10 @@ import sys
 import torch
 
 from experiments.cli import ArgumentParser, main_guard, positive_float, positive_int, seed_int
-from sa_conv.attention import MultiHeadSelfAttention2d
-from sa_conv.conversion import local_attention_as_conv
-from sa_conv.encodings import CompositeRelativeEncoding
 from sa_conv.models import model_config
+from sa_conv.nn.attention import MultiHeadSelfAttention2d
+from sa_conv.nn.conversion import local_attention_as_conv
+from sa_conv.nn.encodings import CompositeRelativeEncoding
 
 TERMS = {"bias": (False, True), "q.w": (True, False), "both": (True, True)}  # (query term, bias term)
 

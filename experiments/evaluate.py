@@ -18,9 +18,9 @@ from experiments.cli import (
     positive_int,
 )
 from experiments.memory import MemoryUse
-from sa_conv.evaluation import evaluate
-from sa_conv.lit import ImageClassifier
-from sa_conv.weights import load_trained
+from sa_conv.training.checkpoints import load_trained
+from sa_conv.training.evaluation import evaluate
+from sa_conv.training.module import ImageClassifier
 
 
 def build_parser() -> ArgumentParser:

@@ -26,13 +26,13 @@ from experiments.cli import (
     positive_int,
 )
 from experiments.memory import MemoryUse
-from sa_conv.checkpointing import CheckpointError
-from sa_conv.data import CIFAR10DataModule, DataConfig
-from sa_conv.datasets import DataError
-from sa_conv.explorer import explorer_data, write_explorer
-from sa_conv.files import atomic_write
-from sa_conv.lit import ImageClassifier
-from sa_conv.weights import load_trained
+from sa_conv.analysis.explorer import explorer_data, write_explorer
+from sa_conv.data.datamodule import CIFAR10DataModule, DataConfig
+from sa_conv.data.sources import DataError
+from sa_conv.training.checkpoints import load_trained
+from sa_conv.training.module import ImageClassifier
+from sa_conv.utils.files import atomic_write
+from sa_conv.utils.safe_load import CheckpointError
 
 
 def build_parser() -> ArgumentParser:

@@ -27,11 +27,17 @@ from experiments.cli import (
     positive_int,
 )
 from experiments.memory import MemoryUse
-from sa_conv.analysis import attention_maps_of, figures_of_maps, history_of, locality_queries, lr_schedule_of
-from sa_conv.files import save_png, write_json
-from sa_conv.lit import ImageClassifier
-from sa_conv.metrics import head_table
-from sa_conv.weights import load_trained
+from sa_conv.analysis.locality import head_table
+from sa_conv.analysis.maps import (
+    attention_maps_of,
+    figures_of_maps,
+    history_of,
+    locality_queries,
+    lr_schedule_of,
+)
+from sa_conv.training.checkpoints import load_trained
+from sa_conv.training.module import ImageClassifier
+from sa_conv.utils.files import save_png, write_json
 
 
 def build_parser() -> ArgumentParser:

@@ -13,7 +13,7 @@ import json
 import sys
 
 from experiments.cli import ArgumentParser, main_guard
-from sa_conv.weights import manifest, weights_dir
+from sa_conv.models.weights import manifest, weights_dir
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,12 +1,13 @@
 """Why bf16 diverged: the `small` quadratic run's first steps under one precision policy, loss per step.
 
     python -m experiments.precision_bisect POLICY --data-dir DIR [--steps 1200] [--seed 0] [--out FILE]
+    python -m experiments.precision_bisect --figure PNG [RESULT.json ...]   # the loss curves of the runs
 
 Every policy trains the same model from the same initialization on the same batches (the `small`
 preset's recipe: its augmentation, optimizer and 15-epoch schedule), for the first ``--steps`` steps,
 and writes the training loss of every step with a summary (JSON). Policies: ``float32``; ``autocast``
 (plain bf16 autocast, what Lightning's bf16-mixed does); ``contract`` (the project's mixed precision,
-sa_conv.mixed_precision); and plain autocast with one part kept in float32: ``norms`` (the LayerNorms
+sa_conv.training.precision); and plain autocast with one part kept in float32: ``norms`` (the LayerNorms
 computed in float32, their output rounded back to bf16), ``residual`` (the LayerNorms' outputs in
 float32: the residual stream), ``ffn`` (the feed-forward sublayers), ``embed`` (the pixel embedding),
 ``head`` (pooling, classifier and loss), ``attention`` (the attention sublayers). On a CPU without native
@@ -31,14 +32,13 @@ from torch import Tensor, nn
 
 from experiments.cli import main_guard
 from experiments.presets import preset
-from sa_conv.autocast import no_autocast
-from sa_conv.batches import random_crop_flip
-from sa_conv.lit import lr_factor
-from sa_conv.machine import cpu_has_native_bf16
-from sa_conv.mixed_precision import Bf16ProductsInFloat32, mixed_precision
+from sa_conv.data.batches import random_crop_flip
 from sa_conv.models.sa_classifier import SAClassifier
-from sa_conv.precision import flush_denormals
-from sa_conv.training import datamodule_for, module_for
+from sa_conv.nn.autocast import no_autocast
+from sa_conv.training.precision import Bf16ProductsInFloat32, flush_denormals, mixed_precision
+from sa_conv.training.run import datamodule_for, module_for
+from sa_conv.utils.machine import cpu_has_native_bf16
+from sa_conv.utils.schedule import lr_factor
 
 POLICIES = ("float32", "autocast", "contract", "norms", "residual", "ffn", "embed", "head", "attention")
 
@@ -173,9 +173,38 @@ def bisect(policy: str, *, data_dir: Path, steps: int, seed: int) -> dict[str, A
     }
 
 
+def loss_figure(results: list[dict[str, Any]]) -> Any:
+    """The training loss of each policy's run, mean of every 50 steps, against the step."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(7.5, 4.2), layout="constrained")
+    ax = figure.add_subplot()
+    for r in results:
+        losses = r["losses"]
+        means = [sum(losses[i : i + 50]) / 50 for i in range(0, len(losses) - 49, 50)]
+        style = "--" if r["diverged"] else "-"
+        label = f"{r['policy']} ({'diverged' if r['diverged'] else 'trains'})"
+        ax.plot([i * 50 + 25 for i in range(len(means))], means, style, label=label)
+    ax.set(xlabel="training step (batch 100)", ylabel="training loss, mean of 50 steps", ylim=(1.3, 8))
+    ax.set_title(f"small quadratic, seed {results[0]['seed']}: bf16 policies (dashed: diverged)")
+    ax.legend(fontsize=8)
+    return figure
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line."""
     parser = argparse.ArgumentParser(prog="python -m experiments.precision_bisect", description=__doc__)
+    if argv is None:
+        import sys
+
+        argv = sys.argv[1:]
+    if argv and argv[0] == "--figure":
+        from sa_conv.utils.files import save_png
+
+        paths = [Path(p) for p in argv[2:]] or sorted(Path("results/precision").glob("bisect_*.json"))
+        save_png(loss_figure([json.loads(p.read_text()) for p in paths]), Path(argv[1]))
+        print(argv[1])
+        return 0
     parser.add_argument("policy", choices=POLICIES)
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=1200)

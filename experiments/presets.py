@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sa_conv.data import DataConfig
-from sa_conv.lit import OptimConfig
+from sa_conv.data.datamodule import DataConfig
 from sa_conv.models import MODELS, ResNetConfig, SAConfig
-from sa_conv.run_config import RunConfig
+from sa_conv.training.config import RunConfig
+from sa_conv.utils.schedule import OptimConfig
 
 __all__ = ["SCALES", "preset"]
 

@@ -28,13 +28,13 @@ from experiments.cli import (
     positive_int,
 )
 from experiments.memory import MemoryUse
-from sa_conv.checkpointing import run_config_of
-from sa_conv.evaluation import evaluate
-from sa_conv.files import write_json
-from sa_conv.lit import ImageClassifier
-from sa_conv.run_config import RunConfig, RunOptions
-from sa_conv.training import module_for, train
-from sa_conv.weights import load_trained
+from sa_conv.training.checkpoints import load_trained
+from sa_conv.training.config import RunConfig, RunOptions
+from sa_conv.training.evaluation import evaluate
+from sa_conv.training.module import ImageClassifier
+from sa_conv.training.run import module_for, train
+from sa_conv.utils.files import write_json
+from sa_conv.utils.safe_load import run_config_of
 
 
 def build_parser() -> ArgumentParser:

@@ -22,11 +22,11 @@ from experiments.cli import (
 )
 from experiments.memory import MemoryUse
 from experiments.presets import SCALES, preset
-from sa_conv.config import config_to_dict, field_types
 from sa_conv.models import MODELS
-from sa_conv.resume import find_resume
-from sa_conv.run_config import SECTIONS, RunConfig, RunOptions, dump_config, load_config
-from sa_conv.training import train
+from sa_conv.training.config import SECTIONS, RunConfig, RunOptions, dump_config, load_config
+from sa_conv.training.resume import find_resume
+from sa_conv.training.run import train
+from sa_conv.utils.config import config_to_dict, field_types
 
 # the run config's own options (its parts have their own flag groups)
 _TOP_LEVEL = ("model", "scale", "model_config", *SECTIONS)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from experiments.presets import preset
-from sa_conv.run_config import RunConfig
+from sa_conv.training.config import RunConfig
 
 __all__ = ["PAPER_TABLE", "STUDIES", "Entry", "entry_config"]
 

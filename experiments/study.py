@@ -39,17 +39,17 @@ from experiments.presets import SCALES
 from experiments.studies import STUDIES, Entry, entry_config
 from experiments.study_tables import ResultsTables
 from experiments.study_weights import carried_resume, carry, ship_run
-from sa_conv.analysis import figures_of, history_of, initial_of, layer_summary, lr_schedule_of
-from sa_conv.checkpointing import read_checkpoint
-from sa_conv.curves import learning_curves, locality_by_layer
-from sa_conv.data import data_difference
-from sa_conv.evaluation import correct_on_test
-from sa_conv.files import save_png, write_json
-from sa_conv.lit import ImageClassifier
-from sa_conv.resume import find_resume
-from sa_conv.run_config import RunConfig, RunOptions, config_difference, flat_options
-from sa_conv.training import datamodule_for, train
-from sa_conv.weights import weights_dir
+from sa_conv.analysis.curves import learning_curves, locality_by_layer
+from sa_conv.analysis.maps import figures_of, history_of, initial_of, layer_summary, lr_schedule_of
+from sa_conv.data.datamodule import data_difference
+from sa_conv.models.weights import weights_dir
+from sa_conv.training.config import RunConfig, RunOptions, config_difference, flat_options
+from sa_conv.training.evaluation import correct_on_test
+from sa_conv.training.module import ImageClassifier
+from sa_conv.training.resume import find_resume
+from sa_conv.training.run import datamodule_for, train
+from sa_conv.utils.files import save_png, write_json
+from sa_conv.utils.safe_load import read_checkpoint
 
 
 def run_root(entry: Entry, seed: int, args: Any) -> Path:

@@ -15,12 +15,12 @@ from typing import Any
 from experiments.cli import UserError
 from experiments.presets import preset
 from experiments.studies import PAPER_TABLE, Entry, entry_config
-from sa_conv.analysis import initial_of, layer_summary
-from sa_conv.files import lock_file_of, locked, merge_rows, write_json, write_text
-from sa_conv.flops import analytic_flops
+from sa_conv.analysis.flops import analytic_flops
+from sa_conv.analysis.maps import initial_of, layer_summary
+from sa_conv.analysis.statistics import accuracy_stderr, mcnemar, paired_bootstrap
 from sa_conv.models import SAConfig
-from sa_conv.run_config import RunConfig
-from sa_conv.stats import accuracy_stderr, mcnemar, paired_bootstrap
+from sa_conv.training.config import RunConfig
+from sa_conv.utils.files import lock_file_of, locked, merge_rows, write_json, write_text
 
 __all__ = [
     "ResultsTables",

@@ -1,4 +1,4 @@
-"""The study's weights: each finished run shipped (``sa_conv.weights``), each unfinished one carried to
+"""The study's weights: each finished run shipped (``sa_conv.models.weights``), each unfinished one carried to
 the next machine as its newest resumable checkpoint, and picked up there."""
 
 from __future__ import annotations
@@ -9,12 +9,13 @@ from typing import Any
 
 import torch
 
-from sa_conv.checkpointing import read_checkpoint, with_best
-from sa_conv.files import atomic_write
-from sa_conv.machine import source_commit
-from sa_conv.resume import Resume, find_resume
-from sa_conv.run_config import RunConfig, config_difference
-from sa_conv.weights import carried_checkpoint, manifest, ship
+from sa_conv.models.weights import carried_checkpoint, manifest, ship
+from sa_conv.training.checkpoints import with_best
+from sa_conv.training.config import RunConfig, config_difference
+from sa_conv.training.resume import Resume, find_resume
+from sa_conv.utils.files import atomic_write
+from sa_conv.utils.machine import source_commit
+from sa_conv.utils.safe_load import read_checkpoint
 
 __all__ = ["carried_resume", "carry", "ship_run"]
 

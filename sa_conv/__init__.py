@@ -2,10 +2,10 @@
 
 __version__ = "0.1.0"
 
-from sa_conv.attention import MultiHeadSelfAttention2d
-from sa_conv.encodings import GaussianEncoding, LearnedRelativeEncoding, QuadraticEncoding
 from sa_conv.models import create_model
-from sa_conv.weights import load_pretrained
+from sa_conv.models.weights import load_pretrained
+from sa_conv.nn.attention import MultiHeadSelfAttention2d
+from sa_conv.nn.encodings import GaussianEncoding, LearnedRelativeEncoding, QuadraticEncoding
 
 __all__ = [
     "GaussianEncoding",

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from sa_conv import allocator
+from sa_conv.utils import allocator
 
 
 class FakeLibc:
@@ -30,7 +30,7 @@ def test_other_c_libraries_are_left_alone(monkeypatch):
 
 STEPS = """
 import resource, torch
-from sa_conv.allocator import keep_freed_memory
+from sa_conv.utils.allocator import keep_freed_memory
 if {keep}:
     assert keep_freed_memory()
 mib = 2**20 // 4  # float32 elements

@@ -3,14 +3,14 @@ import copy
 import pytest
 import torch
 
-from sa_conv.attention import MultiHeadSelfAttention2d
-from sa_conv.encodings import (
+from sa_conv.nn.attention import MultiHeadSelfAttention2d
+from sa_conv.nn.encodings import (
     CompositeRelativeEncoding,
     GaussianEncoding,
     LearnedRelativeEncoding,
     QuadraticEncoding,
 )
-from sa_conv.tiled import tiled_content_attention
+from sa_conv.nn.tiled import tiled_content_attention
 
 
 def make(kind: str, dim: int = 8, heads: int = 3, **kw) -> MultiHeadSelfAttention2d:

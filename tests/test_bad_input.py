@@ -9,7 +9,7 @@ from cli_helpers import call, one_line_error
 
 from experiments import benchmark, convert, equivalence, evaluate, explore, prune, run, study
 from experiments.cli import main_guard
-from sa_conv.files import can_write_in, write_text
+from sa_conv.utils.files import can_write_in, write_text
 
 TINY = ["--scale", "tiny", "--layers", "1", "--hidden", "16", "--heads", "4", "--epochs", "1"]
 QUICK = [*TINY, "--synthetic", "--synthetic-size", "64", "--limit-train-batches", "1"]

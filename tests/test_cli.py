@@ -10,10 +10,10 @@ from cli_helpers import call, one_line_error
 
 from experiments import convert, evaluate, run
 from experiments.cli import main_guard
-from sa_conv.data import DataConfig
-from sa_conv.lit import OptimConfig
+from sa_conv.data.datamodule import DataConfig
 from sa_conv.models import MODELS
-from sa_conv.run_config import RunConfig, RunOptions
+from sa_conv.training.config import RunConfig, RunOptions
+from sa_conv.utils.schedule import OptimConfig
 
 TINY = ["--scale", "tiny", "--layers", "1", "--hidden", "16", "--heads", "4", "--epochs", "1"]
 

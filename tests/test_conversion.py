@@ -4,15 +4,15 @@ import pytest
 import torch
 from torch import nn
 
-from sa_conv.conversion import (
+from sa_conv.models import create_model
+from sa_conv.nn.conversion import (
     ConvInPlaceOfAttention,
     attention_to_conv,
     conv_likeness,
     conv_to_attention,
     convert_network,
 )
-from sa_conv.encodings import QuadraticEncoding
-from sa_conv.models import create_model
+from sa_conv.nn.encodings import QuadraticEncoding
 
 MODES = ["zeros", "reflect", "replicate", "circular"]
 
@@ -217,8 +217,8 @@ def test_a_sharp_trained_layer_swaps_for_its_convolution(impl):
 
 
 def test_attention_to_conv_refuses_other_layers():
-    from sa_conv.attention import MultiHeadSelfAttention2d
-    from sa_conv.encodings import LearnedRelativeEncoding
+    from sa_conv.nn.attention import MultiHeadSelfAttention2d
+    from sa_conv.nn.encodings import LearnedRelativeEncoding
 
     with pytest.raises(ValueError, match="needs Gaussian heads"):
         attention_to_conv(MultiHeadSelfAttention2d(4, 2, encoding=LearnedRelativeEncoding(2, 4, max_size=4)))

@@ -6,7 +6,7 @@ import torch
 from torchvision.io import encode_jpeg
 from torchvision.transforms.v2 import functional as TF
 
-from sa_conv.data import (
+from sa_conv.data.datamodule import (
     CIFAR10_CLASSES,
     CIFAR10DataModule,
     DataConfig,

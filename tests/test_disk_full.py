@@ -84,9 +84,11 @@ def test_a_checkpoint_leaves_the_previous_one_readable_and_the_run_resumes(tmp_p
 
     monkeypatch.setattr(torch, "save", save)
     monkeypatch.setattr(
-        "sa_conv.files.free_bytes", lambda path: 0
+        "sa_conv.utils.files.free_bytes", lambda path: 0
     )  # the disk is full: torch.save's pos error
-    monkeypatch.setattr("sa_conv.checkpointing.free_bytes", lambda path: 1 << 40)  # (no early refusal here)
+    monkeypatch.setattr(
+        "sa_conv.training.checkpoints.free_bytes", lambda path: 1 << 40
+    )  # (no early refusal here)
     argv = [*TINY, "--output-dir", str(tmp_path)]
     line = one_line(main_guard(run.main)(argv), capsys.readouterr().err)
     assert "checkpoint" in line and "last.ckpt" in line
@@ -99,7 +101,9 @@ def test_a_checkpoint_leaves_the_previous_one_readable_and_the_run_resumes(tmp_p
 
 
 def test_a_checkpoint_that_will_not_fit_is_refused_before_it_is_written(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("sa_conv.checkpointing.free_bytes", lambda path: 1000)  # less than the last one
+    monkeypatch.setattr(
+        "sa_conv.training.checkpoints.free_bytes", lambda path: 1000
+    )  # less than the last one
     code = main_guard(run.main)([*TINY, "--output-dir", str(tmp_path)])
     line = one_line(code, capsys.readouterr().err)
     assert "will not fit" in line and "the last one took" in line

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from sa_conv.encodings import (
+from sa_conv.nn.encodings import (
     GaussianEncoding,
     LearnedRelativeEncoding,
     QuadraticEncoding,

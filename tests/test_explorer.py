@@ -15,10 +15,10 @@ from torch import nn
 from experiments import explore
 from experiments.cli import main_guard
 from sa_conv import __version__
-from sa_conv.conversion import conv_to_attention
-from sa_conv.data import CIFAR10DataModule, DataConfig
-from sa_conv.explorer import explorer_data, quantize, write_explorer
-from sa_conv.lit import ImageClassifier
+from sa_conv.analysis.explorer import explorer_data, quantize, write_explorer
+from sa_conv.data.datamodule import CIFAR10DataModule, DataConfig
+from sa_conv.nn.conversion import conv_to_attention
+from sa_conv.training.module import ImageClassifier
 
 SMALL = {"layers": 2, "hidden": 16, "heads": 9, "ffn": 16, "attn_dropout": 0.0}
 LAYER2_SHIFT = (0, 3)  # every head of layer 2 attends three pixels right of the query

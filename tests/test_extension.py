@@ -8,10 +8,10 @@ from torch import nn
 
 from experiments import figures, run
 from experiments.cli import main_guard
-from sa_conv.encodings import ENCODINGS, EncodingEntry, PositionalEncoding, relative_shifts
 from sa_conv.models import create_model
-from sa_conv.run_config import RunConfig
-from sa_conv.training import module_for
+from sa_conv.nn.encodings import ENCODINGS, EncodingEntry, PositionalEncoding, relative_shifts
+from sa_conv.training.config import RunConfig
+from sa_conv.training.run import module_for
 
 
 class ManhattanEncoding(PositionalEncoding):

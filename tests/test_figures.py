@@ -16,13 +16,13 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from experiments import figures, run
 from experiments.cli import main_guard
-from sa_conv.analysis import figures_of, layer_summary
-from sa_conv.checkpointing import read_checkpoint
-from sa_conv.curves import learning_curves, locality_by_layer, locality_over_training, locality_summary
-from sa_conv.encodings import QuadraticEncoding
-from sa_conv.lit import ImageClassifier
-from sa_conv.metrics import gaussian_alpha, head_table, interior_queries, locality, peak_shift
-from sa_conv.viz import (
+from sa_conv.analysis.curves import (
+    learning_curves,
+    locality_by_layer,
+    locality_over_training,
+    locality_summary,
+)
+from sa_conv.analysis.figures import (
     attention_grid,
     centre_plot,
     conversion_figure,
@@ -31,6 +31,11 @@ from sa_conv.viz import (
     mass_levels,
     mass_radius,
 )
+from sa_conv.analysis.locality import gaussian_alpha, head_table, interior_queries, locality, peak_shift
+from sa_conv.analysis.maps import figures_of, layer_summary
+from sa_conv.nn.encodings import QuadraticEncoding
+from sa_conv.training.module import ImageClassifier
+from sa_conv.utils.safe_load import read_checkpoint
 
 TINY = ["--scale", "tiny", "--layers", "2", "--hidden", "16", "--heads", "4", "--epochs", "2", "--synthetic"]
 
@@ -407,8 +412,8 @@ def test_locality_by_layer_and_learning_curves_draw_every_run():
 
 
 def test_the_learning_rate_of_a_checkpoint():
-    from sa_conv.analysis import lr_schedule_of
-    from sa_conv.lit import OptimConfig, lr_factor
+    from sa_conv.analysis.maps import lr_schedule_of
+    from sa_conv.utils.schedule import OptimConfig, lr_factor
 
     optim = {"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4, "schedule": "warmup-cosine", "warmup": 0.05}
     optim |= {"milestones": [0.5], "gamma": 0.1}

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from experiments.presets import preset
-from sa_conv.flops import analytic_flops, attention_path, counted_flops
+from sa_conv.analysis.flops import analytic_flops, attention_path, counted_flops
 from sa_conv.models import MODELS, create_model
 
 PASSES = ("forward", "forward+backward")

@@ -2,9 +2,10 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from sa_conv.data import CIFAR10DataModule, DataConfig
-from sa_conv.lit import ImageClassifier, OptimConfig, lr_factor
+from sa_conv.data.datamodule import CIFAR10DataModule, DataConfig
 from sa_conv.models import MODELS
+from sa_conv.training.module import ImageClassifier
+from sa_conv.utils.schedule import OptimConfig, lr_factor
 
 COSINE, STEPS = OptimConfig(schedule="warmup-cosine"), OptimConfig(schedule="multistep")
 

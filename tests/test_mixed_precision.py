@@ -12,13 +12,13 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from sa_conv.mixed_precision import (
+from sa_conv.models import MODELS, create_model
+from sa_conv.training.precision import (
     FLOAT32_ATEN_OPS,
     Bf16ProductsInFloat32,
     ContractPrecision,
     mixed_precision,
 )
-from sa_conv.models import MODELS, create_model
 
 PRODUCTS = {"mm", "bmm", "addmm", "baddbmm", "convolution"}
 
@@ -132,3 +132,28 @@ def test_the_trainer_takes_the_contract_for_bf16() -> None:
         x = torch.randn(2, 4)
         assert torch.nn.functional.linear(x, torch.randn(3, 4)).dtype == torch.bfloat16
         assert F.layer_norm(x.bfloat16(), (4,)).dtype == torch.float32
+
+
+def test_layernorm_parameter_gradients_are_float32_sums_under_the_contract() -> None:
+    """The divergence's mechanism: plain CPU autocast (PyTorch 2.14) sums LayerNorm's weight and bias
+    gradients over the batch's tokens in bf16 (16-24% off at this size, docs/performance.md); under the
+    contract they are the float32 sums of the same bf16 inputs."""
+    torch.manual_seed(0)
+    norm = torch.nn.LayerNorm(64, eps=1e-12)
+    x = (torch.randn(25_600, 64) * 3 + 1).bfloat16()  # 100 images x 256 tokens, as a bf16 Linear's output
+    upstream = torch.randn(25_600, 64).bfloat16()
+
+    def grads(context) -> list[torch.Tensor]:
+        norm.zero_grad()
+        with context:
+            out = norm(x)
+        out.backward(upstream.to(out.dtype))
+        return [norm.weight.grad.clone(), norm.bias.grad.clone()]
+
+    norm.zero_grad()
+    out = norm(x.float())
+    out.backward(upstream.float())
+    reference = [norm.weight.grad.clone(), norm.bias.grad.clone()]
+    contract = grads(mixed_precision("cpu", emulate_bf16=False))
+    for got, want in zip(contract, reference, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)

@@ -6,10 +6,10 @@ import itertools
 import pytest
 import torch
 
-from sa_conv.analysis import initial_of, layer_summary, locality_snapshot
-from sa_conv.encodings import QuadraticEncoding
-from sa_conv.metrics import head_regions, interior_queries, overlap_and_coverage, shift_profile
+from sa_conv.analysis.locality import head_regions, interior_queries, overlap_and_coverage, shift_profile
+from sa_conv.analysis.maps import initial_of, layer_summary, locality_snapshot
 from sa_conv.models import create_model
+from sa_conv.nn.encodings import QuadraticEncoding
 
 
 def one_hot_heads(shifts: list[tuple[int, int]], side: int = 8) -> torch.Tensor:

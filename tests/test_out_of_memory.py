@@ -13,9 +13,9 @@ from cli_helpers import call, one_line_error
 
 from experiments import convert, evaluate, explore, figures, prune, run, study
 from experiments.cli import main_guard
-from sa_conv.lit import ImageClassifier
 from sa_conv.models.sa_classifier import SAClassifier
-from sa_conv.resume import Resume
+from sa_conv.training.module import ImageClassifier
+from sa_conv.training.resume import Resume
 
 
 def cuda_error() -> BaseException:

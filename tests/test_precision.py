@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-import sa_conv.machine as machine
+import sa_conv.utils.machine as machine
 from experiments import run
 from experiments.cli import main_guard
-from sa_conv.checkpointing import read_checkpoint, run_config_of
-from sa_conv.precision import settle_precision, warn_slow_bf16
-from sa_conv.run_config import RunConfig, config_difference
+from sa_conv.training.config import RunConfig, config_difference
+from sa_conv.training.precision import settle_precision, warn_slow_bf16
+from sa_conv.utils.safe_load import read_checkpoint, run_config_of
 
 QUICK = ["quadratic", "--scale", "tiny", "--layers", "1", "--hidden", "16", "--heads", "2", "--ffn", "16"]
 QUICK += ["--synthetic", "--synthetic-size", "64", "--batch-size", "32", "--epochs", "1"]

@@ -3,8 +3,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import sa_conv.callbacks as callbacks
-from sa_conv.callbacks import TrainingProgress
+import sa_conv.training.callbacks as callbacks
+from sa_conv.training.callbacks import TrainingProgress
 
 
 def test_a_resumed_run_projects_from_its_own_speed_and_records_the_whole_runs(monkeypatch, capsys):

@@ -6,12 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sa_conv.attention import MultiHeadSelfAttention2d
-from sa_conv.conversion import local_attention_as_conv
-from sa_conv.encodings import CompositeRelativeEncoding
-from sa_conv.lightconv import DynamicConv2d, LightweightConv2d
-from sa_conv.mixed import MixedAttention2d
 from sa_conv.models import create_model
+from sa_conv.nn.attention import MultiHeadSelfAttention2d
+from sa_conv.nn.conversion import local_attention_as_conv
+from sa_conv.nn.encodings import CompositeRelativeEncoding
+from sa_conv.nn.lightconv import DynamicConv2d, LightweightConv2d
+from sa_conv.nn.mixed import MixedAttention2d
 
 
 @pytest.mark.parametrize("mask", [False, True])

@@ -17,12 +17,12 @@ import pytorch_lightning as pl
 import torch
 from cli_helpers import one_line_error
 
-import sa_conv.training as training
+import sa_conv.training.run as training
 from experiments import cli, run
 from experiments.cli import main_guard
-from sa_conv.checkpointing import AtomicCheckpointIO, InterruptCheckpoint
-from sa_conv.interrupts import RankRecord, peer_lost
-from sa_conv.lit import ImageClassifier
+from sa_conv.training.checkpoints import AtomicCheckpointIO, InterruptCheckpoint
+from sa_conv.training.module import ImageClassifier
+from sa_conv.training.signals import RankRecord, peer_lost
 
 ROOT = Path(__file__).resolve().parents[1]
 # 410 synthetic training images in batches of 41: 10 steps per epoch; attention dropout on (its RNG)
@@ -65,7 +65,7 @@ class StepCounter(pl.Callback):
 
 
 def with_callback(monkeypatch, callback: pl.Callback) -> None:
-    """Every Trainer that ``sa_conv.training`` builds gets ``callback`` too."""
+    """Every Trainer that ``sa_conv.training.run`` builds gets ``callback`` too."""
 
     class Trainer(pl.Trainer):
         def __init__(self, *args, callbacks=(), **kwargs):
@@ -235,7 +235,7 @@ def test_files_are_readable_like_the_rest_of_the_run(tmp_path):
 def jpeg_tree(root: Path) -> Path:
     from torchvision.io import encode_jpeg
 
-    from sa_conv.data import CIFAR10_CLASSES
+    from sa_conv.data.datamodule import CIFAR10_CLASSES
 
     for split in ("train", "test"):
         for name in CIFAR10_CLASSES:
@@ -304,7 +304,7 @@ def test_no_network_for_the_download(tmp_path, capsys, monkeypatch):
 
 
 def test_new_folders_are_removed_on_error_only_when_empty(tmp_path):
-    from sa_conv.files import new_folders_removed_on_error
+    from sa_conv.utils.files import new_folders_removed_on_error
 
     (tmp_path / "old").mkdir()
     with pytest.raises(RuntimeError), new_folders_removed_on_error(tmp_path / "old" / "a" / "b"):

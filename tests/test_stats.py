@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from sa_conv.stats import accuracy_stderr, difference_stderr, mcnemar, paired_bootstrap
+from sa_conv.analysis.statistics import accuracy_stderr, difference_stderr, mcnemar, paired_bootstrap
 
 
 def test_mcnemar_is_the_exact_binomial_test_on_the_discordant_images():

@@ -23,7 +23,7 @@ from experiments.study_tables import (
     progress_line,
     seed_mean_lines,
 )
-from sa_conv.stats import accuracy_stderr as standard_error
+from sa_conv.analysis.statistics import accuracy_stderr as standard_error
 
 
 def test_standard_error_is_binomial() -> None:

@@ -9,11 +9,11 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-import sa_conv.training as training
+import sa_conv.training.run as training
 from experiments import run
 from experiments.cli import main_guard
-from sa_conv.data import CIFAR10DataModule
-from sa_conv.lit import FINITE_CHECK_EVERY
+from sa_conv.data.datamodule import CIFAR10DataModule
+from sa_conv.training.module import FINITE_CHECK_EVERY
 
 SYNCS = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__")
 ARGV = ["quadratic", "--scale", "tiny", "--layers", "1", "--hidden", "16", "--heads", "4", "--ffn", "16"]

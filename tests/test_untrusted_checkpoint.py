@@ -10,7 +10,8 @@ from cli_helpers import call, one_line_error
 
 from experiments import convert, evaluate, explore, figures, prune, run
 from experiments.cli import main_guard
-from sa_conv.checkpointing import UnsafeCheckpointError, read_checkpoint, set_rng_states
+from sa_conv.training.checkpoints import set_rng_states
+from sa_conv.utils.safe_load import UnsafeCheckpointError, read_checkpoint
 
 TINY = ["--scale", "tiny", "--layers", "1", "--hidden", "16", "--heads", "4", "--epochs", "1"]
 QUICK = [*TINY, "--synthetic", "--synthetic-size", "64", "--limit-train-batches", "1", "--no-explore"]

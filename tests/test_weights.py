@@ -19,8 +19,9 @@ from cli_helpers import call, one_line_error
 import sa_conv
 from experiments import convert, evaluate, explore, figures, models, run
 from experiments.cli import main_guard
-from sa_conv.checkpointing import CheckpointError, read_checkpoint
-from sa_conv.weights import load_trained, manifest, ship, weights_dir
+from sa_conv.models.weights import manifest, ship, weights_dir
+from sa_conv.training.checkpoints import load_trained
+from sa_conv.utils.safe_load import CheckpointError, read_checkpoint
 
 TINY = ["--scale", "tiny", "--layers", "2", "--hidden", "16", "--heads", "4", "--epochs", "1"]
 QUICK = [*TINY, "--synthetic", "--synthetic-size", "64", "--limit-train-batches", "2", "--no-explore"]
@@ -59,7 +60,7 @@ def test_shipped_weights_hold_the_checkpoints_tensors_and_load_by_name(run_dir: 
     backbone = sa_conv.load_pretrained(NAME)
     assert not backbone.training
     images = torch.randn(2, 3, 32, 32)
-    from sa_conv.lit import ImageClassifier
+    from sa_conv.training.module import ImageClassifier
 
     expected = ImageClassifier.from_checkpoint(ckpt).backbone.eval()(images)
     torch.testing.assert_close(backbone(images), expected, rtol=0, atol=0)
@@ -116,7 +117,7 @@ def test_the_shipped_models_of_the_checkout_are_listed_in_its_manifest() -> None
     entries = manifest(root)
     files = sorted(str(p.relative_to(root)) for p in root.glob("*/*.safetensors"))
     assert sorted(e["file"] for e in entries.values()) == files
-    from sa_conv.weights import sha256_of
+    from sa_conv.models.weights import sha256_of
 
     for name, e in entries.items():
         assert name == e["file"].removesuffix(".safetensors")

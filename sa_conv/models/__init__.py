@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from sa_conv.config import coerce, field_types
 from sa_conv.models.base import Backbone
 from sa_conv.models.resnet import ResNet18, ResNetConfig
 from sa_conv.models.sa_classifier import SAClassifier, SAConfig
+from sa_conv.utils.config import coerce, field_types
 
 __all__ = [
     "MODELS",

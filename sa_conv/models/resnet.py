@@ -6,8 +6,8 @@ from dataclasses import asdict, dataclass
 
 from torch import Tensor, nn
 
-from sa_conv.config import option
 from sa_conv.models.base import Backbone
+from sa_conv.utils.config import option
 
 __all__ = ["BasicBlock", "ResNet18", "ResNetConfig"]
 

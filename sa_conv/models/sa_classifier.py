@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from sa_conv.attention import Impl, MultiHeadSelfAttention2d
-from sa_conv.config import option
-from sa_conv.encodings import ENCODINGS, EncodingLayer, PositionalEncoding
-from sa_conv.mixed import MixedAttention2d
 from sa_conv.models.base import Backbone
+from sa_conv.nn.attention import Impl, MultiHeadSelfAttention2d
+from sa_conv.nn.encodings import ENCODINGS, EncodingLayer, PositionalEncoding
+from sa_conv.nn.mixed import MixedAttention2d
+from sa_conv.utils.config import option
 
 __all__ = ["SABlock", "SAClassifier", "SAConfig"]
 
@@ -26,7 +26,7 @@ InitName = Literal["paper", "bert"]
 class SAConfig:
     """One configuration of the SA classifier; defaults are the paper's (Table 2 and its code)."""
 
-    encoding: str = option("quadratic", "a name of sa_conv.encodings.ENCODINGS, or 'none' (content only)")
+    encoding: str = option("quadratic", "a name of sa_conv.nn.encodings.ENCODINGS, or 'none' (content only)")
     content: bool = option(False, "add content attention q . k / sqrt(hidden) to the logits")
     attention: AttentionName = option("mhsa", "'mixed': ConvBERT's attention + span-based conv heads")
     window: int = option(7, "composite: relative shifts clipped (or masked) to [-window, window]^2")

@@ -6,9 +6,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sa_conv.checkpointing import CheckpointError, read_checkpoint, run_config_of
-from sa_conv.lit import ImageClassifier
-from sa_conv.run_config import RunConfig, config_difference
+from sa_conv.training.config import RunConfig, config_difference
+from sa_conv.training.module import ImageClassifier
+from sa_conv.utils.safe_load import CheckpointError, read_checkpoint, run_config_of
 
 __all__ = ["Resume", "data_fingerprint_of", "find_resume"]
 

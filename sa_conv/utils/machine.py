@@ -67,7 +67,7 @@ def cpu_has_native_bf16() -> bool:
 def resolve_precision(precision: str, accelerator: str) -> str:
     """``auto`` -> ``32-true`` on every device (TF32 products on CUDA GPUs, unless ``--no-tf32``).
 
-    Not bf16 until a full run shows the project's bf16 (``sa_conv.mixed_precision``) trains like float32:
+    Not bf16 until a full run shows the project's bf16 (``sa_conv.training.precision``) trains like float32:
     plain CPU autocast made the CPU-scale quadratic model diverge at the peak learning rate, because it
     rounds the LayerNorm outputs, the residual stream, to bf16 (docs/performance.md); the paper trained in
     float32. ``accelerator``: the device the run asks for.
@@ -122,7 +122,7 @@ def peak_flops(device: torch.device, precision: str) -> float | None:
 def source_commit() -> str | None:
     """The git commit of the sa-conv checkout running (``+dirty`` with uncommitted changes to its code),
     or None outside a checkout."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     try:
         head = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"],

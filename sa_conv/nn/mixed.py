@@ -20,7 +20,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from sa_conv.lightconv import DynamicConv2d
+from sa_conv.nn.lightconv import DynamicConv2d
 
 __all__ = ["MixedAttention2d"]
 

@@ -1,19 +1,10 @@
-"""Checkpoints of a run: written atomically, read without running code, resumable exactly
-(``sa_conv.resume`` finds the one to resume by config).
-
-A checkpoint is a pickle, and a pickle can ask to run any function when it is read. Every read here is
-``torch.load(..., weights_only=True)``: tensors and plain data only, plus the few numpy types that hold
-the RNG state of checkpoints written before it was stored as a tensor (``SAFE_GLOBALS``, nothing
-broader). A file that asks for anything else is refused unread (``UnsafeCheckpointError``).
-"""
+"""Checkpoints of a run: written atomically, read without running code (``sa_conv.utils.safe_load``),
+resumable exactly, also in another run folder (``sa_conv.training.resume`` finds the one to resume by
+config); and any trained model's record, from a checkpoint, a weights file or a shipped name."""
 
 from __future__ import annotations
 
-import contextlib
-import pickle
 import random
-import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,98 +15,23 @@ from pytorch_lightning.plugins.io import TorchCheckpointIO
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from sa_conv import __version__
-from sa_conv.files import atomic_write, disk_full, free_bytes, human_size
+from sa_conv.models.weights import manifest, read_weights, shipped_file
+from sa_conv.utils.files import atomic_write, disk_full, free_bytes, human_size
+from sa_conv.utils.safe_load import CheckpointError, read_checkpoint
 
 __all__ = [
-    "SAFE_GLOBALS",
     "AtomicCheckpointIO",
-    "CheckpointError",
     "InterruptCheckpoint",
     "RelocatedResume",
     "ResumableRNG",
     "RunConfigRecord",
-    "UnsafeCheckpointError",
-    "load_checkpoint_file",
-    "read_checkpoint",
-    "run_config_of",
-    "safe_globals",
+    "load_trained",
     "with_best",
 ]
 
 
-class CheckpointError(RuntimeError):
-    """A file is not a readable sa-conv checkpoint."""
-
-
-class UnsafeCheckpointError(CheckpointError):
-    """A checkpoint asks to run code (a function or class outside the allow-list) when it is read."""
-
-
-# the only non-tensor globals a checkpoint may name: numpy's RNG state (a uint32 array), as checkpoints
-# written before the state was stored as a tensor hold it
-SAFE_GLOBALS: list[Any] = [
-    np._core.multiarray._reconstruct,  # rebuilds an ndarray of the allowed class and dtype below
-    np.ndarray,
-    np.dtype,
-    type(np.dtype(np.uint32)),
-]
-
-
-@contextlib.contextmanager
-def safe_globals() -> Iterator[None]:
-    """``torch.load(weights_only=True)`` inside this block also accepts ``SAFE_GLOBALS`` (and nothing else);
-    Lightning's own loads (``fit``/``test`` with ``ckpt_path``) run inside it too."""
-    with torch.serialization.safe_globals(SAFE_GLOBALS):
-        yield
-
-
-def load_checkpoint_file(path: str | Path) -> Any:
-    """``torch.load`` of ``path`` onto the CPU without running code; ``UnsafeCheckpointError`` (nothing
-    read) if the file names a global outside the allow-list, ``CheckpointError`` if it is not readable."""
-    try:
-        with safe_globals():
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        # torch's refusal of a function or class outside the allow-list, before anything ran (code needs one)
-        found = re.search(r"GLOBAL (\S+)", str(err))
-        if found:
-            raise UnsafeCheckpointError(
-                f"{path} asks to run code when it is read ({found.group(1)}: not a tensor or plain data): "
-                "it may be unsafe and was not loaded"
-            ) from None
-        raise CheckpointError(f"{path} is not a readable checkpoint ({type(err).__name__})") from None
-    except Exception as err:  # zip and EOF errors all mean the same to the user
-        raise CheckpointError(f"{path} is not a readable checkpoint ({type(err).__name__})") from None
-
-
-def read_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint written by a run (no code runs); ``CheckpointError`` names what is wrong with it."""
-    path = Path(path)
-    if path.is_dir():
-        raise CheckpointError(f"checkpoint {path} is a directory, not a file")
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist")
-    ckpt = load_checkpoint_file(path)
-    hparams = ckpt.get("hyper_parameters") if isinstance(ckpt, dict) else None
-    if not hparams or "model" not in hparams or "state_dict" not in ckpt:
-        raise CheckpointError(f"{path} is not an sa-conv checkpoint (no model hyper-parameters)")
-    version = ckpt.get("sa_conv_version")
-    if version != __version__:
-        raise CheckpointError(f"{path} was written by sa-conv {version}, this is sa-conv {__version__}")
-    return ckpt
-
-
-def run_config_of(ckpt: dict[str, Any], path: str | Path = "the checkpoint") -> dict[str, Any]:
-    """The run config stored in a checkpoint by ``RunConfigRecord``; ``CheckpointError`` without one."""
-    stored = ckpt.get("run_config")
-    if stored is None:
-        raise CheckpointError(f"{path} holds no run config (not written by experiments.run)")
-    return stored
-
-
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """``torch.save`` through ``sa_conv.files.atomic_write``: a temporary file in the checkpoint's own folder.
+    """``torch.save`` through ``utils.files.atomic_write``: a temporary file in the checkpoint's own folder.
 
     Kept because Lightning's ``TorchCheckpointIO`` stages its temporary file in the system temp folder:
     when that is another file system, ``shutil.move`` copies, and a kill mid-copy leaves half a file. A
@@ -150,11 +66,11 @@ class RunConfigRecord(pl.Callback):
 
 
 class RelocatedResume(pl.Callback):
-    """A run resumed in another folder than the one its checkpoint was written in (a checkpoint carried
-    from another machine): the checkpoint callbacks' records (best model and score, last checkpoint) move
-    into this run's folder, and the best model's weights the checkpoint carries (``carried_best``, see
-    ``with_best``) are written there, so the run ends as it would have in its first folder (Lightning
-    would keep only the best path, pointing at the other machine)."""
+    """A run resumed in another folder than the one its checkpoint was written in: the checkpoint
+    callbacks' records (best model and score, last checkpoint) are restored whole (Lightning would keep
+    only the best path), their files pointed at in this run's folder where they are not where they were (a
+    checkpoint carried from another machine), and the best model's weights such a checkpoint carries
+    (``carried_best``, see ``with_best``) written there: the run ends as it would have in its first folder."""
 
     def on_load_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
@@ -169,8 +85,8 @@ class RelocatedResume(pl.Callback):
             if state["dirpath"] != callback.dirpath:
                 here = Path(callback.dirpath)
 
-                def moved(path: str, here: Path = here) -> str:
-                    return str(here / Path(path).name) if path else path
+                def moved(path: str, here: Path = here) -> str:  # a file still where it was stays there
+                    return str(here / Path(path).name) if path and not Path(path).exists() else path
 
                 state["dirpath"] = callback.dirpath
                 for name in ("best_model_path", "kth_best_model_path", "last_model_path"):
@@ -276,3 +192,16 @@ class ResumableRNG(pl.Callback):
         if self._pending is not None:
             set_rng_states(self._pending)
             self._pending = None
+
+
+def load_trained(spec: str | Path) -> dict[str, Any]:
+    """A trained model's record from a checkpoint, a weights file or a shipped model's name (with its
+    manifest entry as ``shipped``); no code runs. ``CheckpointError`` says what is wrong."""
+    path = Path(spec)
+    if path.suffix == ".safetensors":
+        if not path.is_file():
+            raise CheckpointError(f"weights file {path} does not exist")
+        return read_weights(path)
+    if not path.exists() and path.suffix != ".ckpt" and "/" in str(spec):
+        return {**read_weights(shipped_file(str(spec))), "shipped": manifest()[str(spec)]}
+    return read_checkpoint(path)

@@ -1,5 +1,6 @@
 """Analysis of a model's attention, in one place: its maps, their locality now and over training, and
-every figure of a model assembled from them (drawn by ``sa_conv.viz``, measured by ``sa_conv.metrics``).
+every figure of a model assembled from them (drawn by ``analysis.figures``, measured by
+``analysis.locality``).
 The training callbacks, the study and the figure command all call these."""
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from sa_conv.curves import locality_over_training, locality_summary
-from sa_conv.lit import OptimConfig, lr_factor
-from sa_conv.metrics import (
+from sa_conv.analysis.curves import locality_over_training, locality_summary
+from sa_conv.analysis.figures import attention_grid, centre_plot, layer_centres, layer_heads
+from sa_conv.analysis.locality import (
     SHARP_MASS,
     gaussian_alpha,
     head_regions,
@@ -24,7 +25,7 @@ from sa_conv.metrics import (
     shift_profile,
 )
 from sa_conv.models import Backbone
-from sa_conv.viz import attention_grid, centre_plot, layer_centres, layer_heads
+from sa_conv.utils.schedule import OptimConfig, lr_factor
 
 __all__ = [
     "attention_maps_of",

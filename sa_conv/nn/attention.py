@@ -22,12 +22,12 @@ Computations (``impl``):
 - ``"separable"``: positional-only encodings whose logit is a row term plus a column term (quadratic,
   learned relative): the softmax factors into a row and a column softmax, applied as two small
   contractions, O(N (H + W)) per channel instead of O(N^2), fused with the projection so that only
-  the input is kept for backward (sa_conv.separable). A dropped matrix does not factor: no dropout.
+  the input is kept for backward (sa_conv.nn.separable). A dropped matrix does not factor: no dropout.
 - ``"sdpa"``: input-dependent attention through ``F.scaled_dot_product_attention`` with every
   non-content logit term as a float32 bias and its dropout (one mask per image, as the paper's code
   for content attention); ``auto`` takes it on CUDA; on CPU it measured no faster than the reference.
 - ``"tiled"``: content attention one image at a time, its ``(heads, N, N)`` tile kept in cache
-  (sa_conv.tiled); every other logit term is a float32 bias. No attention dropout.
+  (sa_conv.nn.tiled); every other logit term is a float32 bias. No attention dropout.
 - ``"auto"`` (default): the fastest exact path: ``separable`` or ``shared`` for positional-only
   attention (``shared`` while dropout is active); for input-dependent attention ``sdpa`` on CUDA,
   ``tiled`` on a CPU for content attention with a batch-free bias and no active dropout (outside
@@ -46,10 +46,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from sa_conv.autocast import autocast_enabled, no_autocast
-from sa_conv.encodings import PositionalEncoding
-from sa_conv.separable import separable_attention_projection
-from sa_conv.tiled import tiled_content_attention
+from sa_conv.nn.autocast import autocast_enabled, no_autocast
+from sa_conv.nn.encodings import PositionalEncoding
+from sa_conv.nn.separable import separable_attention_projection
+from sa_conv.nn.tiled import tiled_content_attention
 
 __all__ = ["IMPLS", "Impl", "MultiHeadSelfAttention2d"]
 
@@ -63,7 +63,7 @@ class MultiHeadSelfAttention2d(nn.Module):
     Args:
         dim: channels of the tokens; every head attends over all of them (full-width heads).
         heads: number of heads.
-        encoding: the positional logits (``sa_conv.encodings``), with ``heads`` heads; None for
+        encoding: the positional logits (``sa_conv.nn.encodings``), with ``heads`` heads; None for
             content-only attention.
         content: add the content logit ``q_h . k_h / sqrt(dim)``.
         out_dim: channels of the output (default ``dim``).
@@ -200,7 +200,7 @@ class MultiHeadSelfAttention2d(nn.Module):
         return self._project(heads_out, h, w)
 
     def _separable(self, x: Tensor) -> Tensor:
-        """Row softmax x column softmax, fused with the projection (``sa_conv.separable``)."""
+        """Row softmax x column softmax, fused with the projection (``sa_conv.nn.separable``)."""
         if self.training and self.attn_dropout.p > 0:
             raise ValueError("impl='separable' cannot apply attention dropout; use 'shared' or 'auto'")
         _, h, w, _ = x.shape
@@ -229,7 +229,7 @@ class MultiHeadSelfAttention2d(nn.Module):
         return self._project(heads_out.transpose(1, 2), h, w)
 
     def _tiled(self, x: Tensor) -> Tensor:
-        """Content attention one image at a time (``sa_conv.tiled``), every other logit term a float bias."""
+        """Content attention one image at a time (``nn.tiled``), every other logit term a float bias."""
         if self.training and self.attn_dropout.p > 0:
             raise ValueError("impl='tiled' cannot apply attention dropout; use 'reference' or 'auto'")
         b, h, w, d = x.shape

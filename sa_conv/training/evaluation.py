@@ -7,10 +7,10 @@ import contextlib
 import pytorch_lightning as pl
 import torch
 
-from sa_conv.autocast import autocast_available
-from sa_conv.data import CIFAR10DataModule
-from sa_conv.lit import ImageClassifier
-from sa_conv.mixed_precision import mixed_precision
+from sa_conv.data.datamodule import CIFAR10DataModule
+from sa_conv.nn.autocast import autocast_available
+from sa_conv.training.module import ImageClassifier
+from sa_conv.training.precision import mixed_precision
 
 __all__ = ["correct_on_test", "evaluate"]
 

@@ -4,9 +4,9 @@ Shipped weights are safetensors files (tensors and a string table: reading one r
 ``weights/<scale>/<name>-seed<k>.safetensors``, each with its run's config and locality history in the
 file's metadata, listed in ``weights/manifest.json`` (model, scale, seed, precision, epochs, test
 accuracy, parameters, the commit that trained it, the file's sha256). A shipped model is named
-``<scale>/<name>-seed<k>`` (``small6/quadratic-seed0``); ``load_trained`` takes such a name, a
-``.safetensors`` file or a ``.ckpt`` checkpoint alike and returns the checkpoint-shaped record every
-command reads (``hyper_parameters``, ``state_dict``, ``run_config``, the locality history).
+``<scale>/<name>-seed<k>`` (``small6/quadratic-seed0``); ``read_weights`` returns the checkpoint-shaped
+record every command reads (``hyper_parameters``, ``state_dict``, ``run_config``, the locality history;
+``sa_conv.training.checkpoints.load_trained`` takes a name, a weights file or a checkpoint alike).
 
 A run that outlives a working session keeps its newest resumable checkpoint in
 ``weights/unfinished/<scale>/<name>-seed<k>.ckpt`` (replaced in place, removed when the run finishes),
@@ -26,18 +26,22 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from sa_conv import __version__
-from sa_conv.checkpointing import CheckpointError, read_checkpoint
-from sa_conv.files import atomic_write, locked, write_text
+from sa_conv.models import MODELS as REGISTRY
+from sa_conv.models import Backbone, model_config
+from sa_conv.utils.files import atomic_write, locked, write_text
+from sa_conv.utils.safe_load import CheckpointError
 
 __all__ = [
     "FORMAT",
+    "backbone_of",
     "carried_checkpoint",
     "load_pretrained",
-    "load_trained",
     "manifest",
+    "read_weights",
     "save_weights",
     "sha256_of",
     "ship",
+    "shipped_file",
     "weights_dir",
 ]
 
@@ -46,7 +50,7 @@ FORMAT = "sa-conv weights 1"  # the metadata layout of a weights file
 
 def weights_dir() -> Path:
     """The folder of shipped weights: ``$SA_CONV_WEIGHTS``, else ``weights/`` of the checkout."""
-    return Path(os.environ.get("SA_CONV_WEIGHTS") or Path(__file__).resolve().parents[1] / "weights")
+    return Path(os.environ.get("SA_CONV_WEIGHTS") or Path(__file__).resolve().parents[2] / "weights")
 
 
 def sha256_of(path: Path) -> str:
@@ -87,7 +91,7 @@ def save_weights(
     atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata), what="weights")
 
 
-def _read_weights(path: Path) -> dict[str, Any]:
+def read_weights(path: Path) -> dict[str, Any]:
     """A weights file as the checkpoint-shaped record commands read."""
     try:
         with safe_open(str(path), framework="pt") as f:
@@ -109,7 +113,7 @@ def _read_weights(path: Path) -> dict[str, Any]:
     }
 
 
-def _shipped_file(name: str) -> Path:
+def shipped_file(name: str) -> Path:
     """The weights file of a shipped model, its sha256 checked against the manifest."""
     models = manifest()
     if name not in models:
@@ -124,24 +128,25 @@ def _shipped_file(name: str) -> Path:
     return path
 
 
-def load_trained(spec: str | Path) -> dict[str, Any]:
-    """A trained model's record from a checkpoint, a weights file or a shipped model's name (with its
-    manifest entry as ``shipped``); no code runs. ``CheckpointError`` says what is wrong."""
-    path = Path(spec)
-    if path.suffix == ".safetensors":
-        if not path.is_file():
-            raise CheckpointError(f"weights file {path} does not exist")
-        return _read_weights(path)
-    if not path.exists() and path.suffix != ".ckpt" and "/" in str(spec):
-        return {**_read_weights(_shipped_file(str(spec))), "shipped": manifest()[str(spec)]}
-    return read_checkpoint(path)
+def backbone_of(record: dict[str, Any]) -> Backbone:
+    """The backbone a record (``read_weights``, a checkpoint) holds, its weights loaded."""
+    hparams = record["hyper_parameters"]
+    if hparams.get("model") not in REGISTRY:
+        raise CheckpointError(f"the record's model {hparams.get('model')!r} is not one of this suite's")
+    backbone = REGISTRY[hparams["model"]].build(model_config(hparams["model"], **hparams["model_config"]))
+    state = {
+        k.removeprefix("backbone."): v for k, v in record["state_dict"].items() if k.startswith("backbone.")
+    }
+    try:
+        backbone.load_state_dict(state)
+    except RuntimeError as err:
+        raise CheckpointError(f"the weights do not fit their model {hparams['model']!r}: {err}") from None
+    return backbone
 
 
-def load_pretrained(name: str) -> nn.Module:
+def load_pretrained(name: str) -> Backbone:
     """A shipped model by name (``small6/quadratic-seed0``), its backbone in eval mode."""
-    from sa_conv.lit import ImageClassifier  # the module that rebuilds a backbone from its record
-
-    return ImageClassifier.from_checkpoint(load_trained(name)).backbone.eval()
+    return backbone_of(read_weights(shipped_file(name))).eval()
 
 
 def ship(
@@ -156,14 +161,12 @@ def ship(
     """Write the weights of ``ckpt`` (a run's reported checkpoint) as shipped model ``name`` under
     ``root`` (default ``weights_dir()``) and list it in the manifest (under a lock: studies of several
     scales may ship at once); returns its entry."""
-    from sa_conv.lit import ImageClassifier
-
     root = root or weights_dir()
-    module = ImageClassifier.from_checkpoint(ckpt)
+    backbone = backbone_of(ckpt)
     file = f"{name}.safetensors"
     save_weights(
         root / file,
-        module.backbone,
+        backbone,
         hyper_parameters=dict(ckpt["hyper_parameters"]),
         run_config=ckpt["run_config"],
         history=history,
@@ -178,7 +181,7 @@ def ship(
         "epoch_of_weights": (ckpt.get("epoch") or 0) + 1,
         "test_acc": row["test_acc"],
         "n_test_images": row["n_test_images"],
-        "params": sum(p.numel() for p in module.backbone.parameters()),
+        "params": sum(p.numel() for p in backbone.parameters()),
         "file": file,
         "bytes": (root / file).stat().st_size,
         "sha256": sha256_of(root / file),

@@ -21,10 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from sa_conv.attention import Impl, MultiHeadSelfAttention2d
-from sa_conv.encodings import CompositeRelativeEncoding, QuadraticEncoding
-from sa_conv.lightconv import DynamicConv2d, LightweightConv2d
-from sa_conv.metrics import interior_queries, locality
+from sa_conv.nn.attention import Impl, MultiHeadSelfAttention2d
+from sa_conv.nn.encodings import CompositeRelativeEncoding, QuadraticEncoding, interior_queries
+from sa_conv.nn.lightconv import DynamicConv2d, LightweightConv2d
 
 __all__ = [
     "ConvAsAttention",
@@ -225,8 +224,9 @@ def conv_likeness(layer: MultiHeadSelfAttention2d, height: int, width: int) -> T
     x = torch.zeros(
         1, height, width, layer.dim, device=layer.proj.weight.device, dtype=layer.proj.weight.dtype
     )
-    probs = layer.probabilities(x)  # (1, heads, N, N): input-independent
-    return locality(probs, height, width, queries=interior_queries(height, width, margin)).peak_mass
+    probs = layer.probabilities(x)[0]  # (heads, N, N): input-independent
+    queries = interior_queries(height, width, margin).to(probs.device)
+    return probs[:, queries].amax(-1).double().mean(-1).float()  # (heads,)
 
 
 class ConvInPlaceOfAttention(nn.Module):

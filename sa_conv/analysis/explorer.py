@@ -7,7 +7,7 @@ that maximum) and deflated, decompressed in the page by the browser's ``Decompre
 its budget (content attention of a deep model on many images) is quantized to fewer levels (127, 63, 31):
 each layer states its step.
 Positional attention is stored once (it does not depend on the image); content attention per image.
-Per head: its mean attention distance and whether it is sharp (``sa_conv.metrics``), and for Gaussian
+Per head: its mean attention distance and whether it is sharp (``analysis.locality``), and for Gaussian
 heads their centres and inverse covariances (the page draws the 50% / 90% circles).
 """
 
@@ -25,15 +25,12 @@ import torch
 from matplotlib import colormaps
 from torch import Tensor
 
-from sa_conv.analysis import attention_maps_of, locality_queries
-from sa_conv.checkpointing import read_checkpoint
-from sa_conv.data import CIFAR10DataModule
-from sa_conv.files import write_text
-from sa_conv.lit import ImageClassifier
-from sa_conv.metrics import locality
+from sa_conv.analysis.locality import locality
+from sa_conv.analysis.maps import attention_maps_of, locality_queries
 from sa_conv.models import Backbone
+from sa_conv.utils.files import write_text
 
-__all__ = ["explorer_data", "explorer_html", "quantize", "write_explorer", "write_run_explorer"]
+__all__ = ["explorer_data", "explorer_html", "quantize", "write_explorer"]
 
 LEVELS = (255, 127, 63, 31)  # quantization levels, tried in turn until the page fits its budget
 
@@ -112,7 +109,7 @@ def explorer_data(
 
 def explorer_html(data: dict[str, Any]) -> str:
     """The page: the template with the data inlined (``</`` escaped so no string ends the script)."""
-    template = resources.files("sa_conv").joinpath("explorer.html").read_text()
+    template = resources.files("sa_conv.analysis").joinpath("explorer.html").read_text()
     payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
     return template.replace("/*DATA*/null", payload, 1)
 
@@ -124,25 +121,3 @@ def write_explorer(path: str | Path, data: dict[str, Any]) -> Path:
         raise ValueError(f"{path} is a folder: name the page's file, e.g. {path / 'explorer.html'}")
     write_text(path, explorer_html(data))
     return path
-
-
-def write_run_explorer(run_dir: Path, datamodule: CIFAR10DataModule, summary: dict[str, Any]) -> None:
-    """A run's ``explorer.html``: the attention explorer of its last checkpoint, on 8 test images."""
-    last = run_dir / "checkpoints" / "last.ckpt"
-    if not last.is_file():
-        return
-    ckpt = read_checkpoint(last)
-    backbone = ImageClassifier.from_checkpoint(ckpt).backbone
-    images, _ = datamodule.evaluation_images(8, normalized=False)
-    source = "synthetic images" if datamodule.resolved_source() == "synthetic" else "test images"
-    meta = {
-        "model": summary["model"],
-        "config": summary["config"],
-        "checkpoint": str(last),
-        "step": ckpt.get("global_step"),
-        "test_acc": summary.get("test_acc"),
-        "test_note": "the run's reported accuracy (its best checkpoint)",
-        "images_note": f"{len(images)} {source} of the run's data",
-    }
-    data = explorer_data(backbone, images, datamodule.normalize(images), meta=meta)
-    write_explorer(run_dir / "explorer.html", data)

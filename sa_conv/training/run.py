@@ -25,22 +25,32 @@ from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from sa_conv import __version__
-from sa_conv.allocator import keep_freed_memory
-from sa_conv.analysis import initial_of, layer_summary
-from sa_conv.callbacks import AttentionFigures, TrainingProgress
-from sa_conv.checkpointing import (
+from sa_conv.analysis.explorer import explorer_data, write_explorer
+from sa_conv.analysis.flops import counted_flops
+from sa_conv.analysis.maps import initial_of, layer_summary
+from sa_conv.data.datamodule import CIFAR10DataModule, data_difference
+from sa_conv.training.callbacks import AttentionFigures, TrainingProgress
+from sa_conv.training.checkpoints import (
     AtomicCheckpointIO,
-    CheckpointError,
     InterruptCheckpoint,
     RelocatedResume,
     ResumableRNG,
     RunConfigRecord,
-    safe_globals,
 )
-from sa_conv.data import CIFAR10DataModule, data_difference
-from sa_conv.evaluation import correct_on_test
-from sa_conv.explorer import write_run_explorer
-from sa_conv.files import (
+from sa_conv.training.config import RunConfig, RunOptions, dump_config
+from sa_conv.training.evaluation import correct_on_test
+from sa_conv.training.module import ImageClassifier
+from sa_conv.training.precision import (
+    bf16_emulated,
+    flush_denormals,
+    precision_plugin,
+    settle_precision,
+    warn_slow_bf16,
+)
+from sa_conv.training.resume import Resume
+from sa_conv.training.signals import RankRecord, RunInterruptedError, peer_lost, sigint_as_sigterm
+from sa_conv.utils.allocator import keep_freed_memory
+from sa_conv.utils.files import (
     DiskFullError,
     disk_full,
     is_disk_full,
@@ -48,14 +58,8 @@ from sa_conv.files import (
     write_json,
     write_text,
 )
-from sa_conv.flops import counted_flops
-from sa_conv.interrupts import RankRecord, RunInterruptedError, peer_lost, sigint_as_sigterm
-from sa_conv.lit import ImageClassifier
-from sa_conv.machine import hardware, peak_flops, source_commit
-from sa_conv.mixed_precision import bf16_emulated, precision_plugin
-from sa_conv.precision import flush_denormals, settle_precision, warn_slow_bf16
-from sa_conv.resume import Resume
-from sa_conv.run_config import RunConfig, RunOptions, dump_config
+from sa_conv.utils.machine import hardware, peak_flops, source_commit
+from sa_conv.utils.safe_load import CheckpointError, read_checkpoint, safe_globals
 
 __all__ = ["datamodule_for", "module_for", "train"]
 
@@ -452,3 +456,25 @@ def _summary(
         "hardware": hardware(),
         "sa_conv_version": __version__,
     }
+
+
+def write_run_explorer(run_dir: Path, datamodule: CIFAR10DataModule, summary: dict[str, Any]) -> None:
+    """A run's ``explorer.html``: the attention explorer of its last checkpoint, on 8 test images."""
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if not last.is_file():
+        return
+    ckpt = read_checkpoint(last)
+    backbone = ImageClassifier.from_checkpoint(ckpt).backbone
+    images, _ = datamodule.evaluation_images(8, normalized=False)
+    source = "synthetic images" if datamodule.resolved_source() == "synthetic" else "test images"
+    meta = {
+        "model": summary["model"],
+        "config": summary["config"],
+        "checkpoint": str(last),
+        "step": ckpt.get("global_step"),
+        "test_acc": summary.get("test_acc"),
+        "test_note": "the run's reported accuracy (its best checkpoint)",
+        "images_note": f"{len(images)} {source} of the run's data",
+    }
+    data = explorer_data(backbone, images, datamodule.normalize(images), meta=meta)
+    write_explorer(run_dir / "explorer.html", data)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from sa_conv.encodings import relative_shifts
+from sa_conv.nn.encodings import interior_queries, relative_shifts
 
 __all__ = [
     "REGION_MASS",
@@ -46,13 +46,6 @@ class Locality:
     def sharp(self) -> Tensor:
         """Boolean ``(heads,)``: at least half of the head's mass is on one pixel."""
         return self.peak_mass >= SHARP_MASS
-
-
-def interior_queries(height: int, width: int, margin: int) -> Tensor:
-    """Row-major indices of the queries at least ``margin`` pixels from every border."""
-    ys, xs = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")
-    keep = (ys >= margin) & (ys < height - margin) & (xs >= margin) & (xs < width - margin)
-    return (ys * width + xs)[keep]
 
 
 def gaussian_alpha(inverse_covariance: Tensor) -> Tensor:

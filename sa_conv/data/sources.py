@@ -11,7 +11,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from sa_conv.files import new_folders_removed_on_error
+from sa_conv.utils.files import new_folders_removed_on_error
 
 __all__ = [
     "CIFAR10_CLASSES",

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from sa_conv.autocast import autocast_dtype
+from sa_conv.nn.autocast import autocast_dtype
 
 __all__ = ["separable_attention_projection"]
 

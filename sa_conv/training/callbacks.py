@@ -14,9 +14,10 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 from torch import Tensor
 
-from sa_conv.analysis import figures_of, locality_snapshot
-from sa_conv.data import CIFAR10DataModule
-from sa_conv.lit import ImageClassifier, lr_factor
+from sa_conv.analysis.maps import figures_of, locality_snapshot
+from sa_conv.data.datamodule import CIFAR10DataModule
+from sa_conv.training.module import ImageClassifier
+from sa_conv.utils.schedule import lr_factor
 
 __all__ = ["AttentionFigures", "TrainingProgress"]
 

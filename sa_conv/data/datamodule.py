@@ -1,6 +1,6 @@
 """CIFAR-10 as a LightningDataModule: decoded once into uint8 tensors, augmented per batch on the device.
 
-Sources (``sa_conv.datasets``):
+Sources (``sa_conv.data.sources``):
 - ``"torchvision"``: ``torchvision.datasets.CIFAR10(root, download=True)``.
 - ``"folder"``: an ImageFolder tree ``<dir>/train/<class>/*``, ``<dir>/test/<class>/*``.
 - ``"synthetic"``: generated class templates plus noise (learnable), for tests and smoke runs.
@@ -32,15 +32,14 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from sa_conv.batches import (
+from sa_conv.data.batches import (
     ResumableBatchSampler,
     ResumableDataLoader,
     TensorImages,
     random_crop_flip,
     whole_batch,
 )
-from sa_conv.config import config_to_dict, option
-from sa_conv.datasets import (
+from sa_conv.data.sources import (
     CIFAR10_CLASSES,
     DataError,
     Split,
@@ -49,6 +48,7 @@ from sa_conv.datasets import (
     load_torchvision,
     synthetic,
 )
+from sa_conv.utils.config import config_to_dict, option
 
 __all__ = [
     "CIFAR10_CLASSES",

@@ -32,8 +32,16 @@ __all__ = [
     "LearnedRelativeEncoding",
     "PositionalEncoding",
     "QuadraticEncoding",
+    "interior_queries",
     "relative_shifts",
 ]
+
+
+def interior_queries(height: int, width: int, margin: int) -> Tensor:
+    """Row-major indices of the queries at least ``margin`` pixels from every border."""
+    ys, xs = torch.meshgrid(torch.arange(height), torch.arange(width), indexing="ij")
+    keep = (ys >= margin) & (ys < height - margin) & (xs >= margin) & (xs < width - margin)
+    return (ys * width + xs)[keep]
 
 
 def relative_shifts(height: int, width: int, device: torch.device | None = None) -> Tensor:

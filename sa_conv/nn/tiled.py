@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from sa_conv.autocast import autocast_dtype, no_autocast
+from sa_conv.nn.autocast import autocast_dtype, no_autocast
 
 __all__ = ["tiled_content_attention"]
 

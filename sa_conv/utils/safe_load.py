@@ -1,0 +1,101 @@
+"""Reading a checkpoint without running code.
+
+A checkpoint is a pickle, and a pickle can ask to run any function when it is read. Every read is
+``torch.load(..., weights_only=True)``: tensors and plain data only, plus the few numpy types that hold
+the RNG state of checkpoints written before it was stored as a tensor (``SAFE_GLOBALS``, nothing
+broader). A file that asks for anything else is refused unread (``UnsafeCheckpointError``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from sa_conv import __version__
+
+__all__ = [
+    "SAFE_GLOBALS",
+    "CheckpointError",
+    "UnsafeCheckpointError",
+    "load_checkpoint_file",
+    "read_checkpoint",
+    "run_config_of",
+    "safe_globals",
+]
+
+
+class CheckpointError(RuntimeError):
+    """A file is not a readable sa-conv checkpoint."""
+
+
+class UnsafeCheckpointError(CheckpointError):
+    """A checkpoint asks to run code (a function or class outside the allow-list) when it is read."""
+
+
+# the only non-tensor globals a checkpoint may name: numpy's RNG state (a uint32 array), as checkpoints
+# written before the state was stored as a tensor hold it
+SAFE_GLOBALS: list[Any] = [
+    np._core.multiarray._reconstruct,  # rebuilds an ndarray of the allowed class and dtype below
+    np.ndarray,
+    np.dtype,
+    type(np.dtype(np.uint32)),
+]
+
+
+@contextlib.contextmanager
+def safe_globals() -> Iterator[None]:
+    """``torch.load(weights_only=True)`` inside this block also accepts ``SAFE_GLOBALS`` (and nothing else);
+    Lightning's own loads (``fit``/``test`` with ``ckpt_path``) run inside it too."""
+    with torch.serialization.safe_globals(SAFE_GLOBALS):
+        yield
+
+
+def load_checkpoint_file(path: str | Path) -> Any:
+    """``torch.load`` of ``path`` onto the CPU without running code; ``UnsafeCheckpointError`` (nothing
+    read) if the file names a global outside the allow-list, ``CheckpointError`` if it is not readable."""
+    try:
+        with safe_globals():
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        # torch's refusal of a function or class outside the allow-list, before anything ran (code needs one)
+        found = re.search(r"GLOBAL (\S+)", str(err))
+        if found:
+            raise UnsafeCheckpointError(
+                f"{path} asks to run code when it is read ({found.group(1)}: not a tensor or plain data): "
+                "it may be unsafe and was not loaded"
+            ) from None
+        raise CheckpointError(f"{path} is not a readable checkpoint ({type(err).__name__})") from None
+    except Exception as err:  # zip and EOF errors all mean the same to the user
+        raise CheckpointError(f"{path} is not a readable checkpoint ({type(err).__name__})") from None
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint written by a run (no code runs); ``CheckpointError`` names what is wrong with it."""
+    path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"checkpoint {path} is a directory, not a file")
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    ckpt = load_checkpoint_file(path)
+    hparams = ckpt.get("hyper_parameters") if isinstance(ckpt, dict) else None
+    if not hparams or "model" not in hparams or "state_dict" not in ckpt:
+        raise CheckpointError(f"{path} is not an sa-conv checkpoint (no model hyper-parameters)")
+    version = ckpt.get("sa_conv_version")
+    if version != __version__:
+        raise CheckpointError(f"{path} was written by sa-conv {version}, this is sa-conv {__version__}")
+    return ckpt
+
+
+def run_config_of(ckpt: dict[str, Any], path: str | Path = "the checkpoint") -> dict[str, Any]:
+    """The run config stored in a checkpoint by ``RunConfigRecord``; ``CheckpointError`` without one."""
+    stored = ckpt.get("run_config")
+    if stored is None:
+        raise CheckpointError(f"{path} holds no run config (not written by experiments.run)")
+    return stored

@@ -1,0 +1,64 @@
+"""The optimizer's settings and the learning-rate schedule: plain arithmetic, below the training module
+that steps it and the figures that draw it."""
+
+from __future__ import annotations
+
+import math
+import typing
+from dataclasses import dataclass
+from typing import Literal
+
+from sa_conv.utils.config import option
+
+__all__ = ["SCHEDULES", "OptimConfig", "Schedule", "lr_factor"]
+
+
+Schedule = Literal["warmup-cosine", "multistep"]
+SCHEDULES: tuple[str, ...] = typing.get_args(Schedule)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimConfig:
+    """The optimizer and its learning-rate schedule; the defaults are the paper's run.sh."""
+
+    lr: float = option(0.1, "SGD learning rate (the peak, after the warm-up)")
+    momentum: float = option(0.9, "SGD momentum")
+    weight_decay: float = option(1e-4, "weight decay (parameters a model exempts, e.g. centres, get none)")
+    schedule: Schedule = option("warmup-cosine", "warmup-cosine, stepped per step; or multistep")
+    warmup: float = option(0.05, "warmup-cosine: fraction of the steps with a linear warm-up")
+    milestones: tuple[float, ...] = option(
+        (80 / 300, 150 / 300, 250 / 300), "multistep: fractions of training where the lr drops"
+    )
+    gamma: float = option(0.1, "multistep: lr factor at each milestone")
+
+    def __post_init__(self) -> None:
+        checks = [
+            ("lr", 0 < self.lr < math.inf, "positive and finite"),
+            ("momentum", 0 <= self.momentum < 1, "in [0, 1)"),
+            ("weight_decay", 0 <= self.weight_decay < math.inf, ">= 0 and finite"),
+            ("schedule", self.schedule in SCHEDULES, " or ".join(SCHEDULES)),
+            ("warmup", 0 <= self.warmup < 1, "in [0, 1)"),
+            ("milestones", all(0 < m < 1 for m in self.milestones), "fractions of training in (0, 1)"),
+            ("milestones", list(self.milestones) == sorted(self.milestones), "in increasing order"),
+            ("gamma", 0 < self.gamma <= 1, "in (0, 1]"),
+        ]
+        for name, ok, expected in checks:
+            if not ok:
+                raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
+
+
+def lr_factor(step: int, total: int, optim: OptimConfig) -> float:
+    """Multiplier of the base learning rate at optimizer step ``step`` of ``total``.
+
+    ``warmup-cosine``: linear warm-up over the first ``warmup`` fraction, then cosine to zero (the
+    paper's run.sh). ``multistep``: times ``gamma`` at each milestone, given as fractions of training
+    (epochs 80, 150, 250 of 300 for the paper's ResNet18).
+    """
+    total = max(total, 1)
+    if optim.schedule == "multistep":
+        return optim.gamma ** sum(step >= round(m * total) for m in optim.milestones)
+    warm = max(round(optim.warmup * total), 1)
+    if step < warm:
+        return (step + 1) / warm
+    progress = (step - warm) / max(total - warm, 1)
+    return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))

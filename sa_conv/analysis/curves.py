@@ -12,12 +12,37 @@ matplotlib.use("Agg")
 
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
 from torch import Tensor
 
-__all__ = ["learning_curves", "locality_by_layer", "locality_over_training", "locality_summary"]
+__all__ = [
+    "grid_formation",
+    "learning_curves",
+    "locality_by_layer",
+    "locality_over_training",
+    "locality_summary",
+]
 
 ALPHA_REFERENCE = 2.0  # the project's "localized" mark for a layer's median alpha
+ALPHA_TICKS = (0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)  # labelled on log-alpha axes
+
+
+def _log_alpha_axis(ax: Any) -> None:
+    """A log axis for alpha, labelled at the round values inside the data's range, the alpha = 2 mark."""
+    ax.set_yscale("log")
+    ax.axhline(ALPHA_REFERENCE, color="black", lw=0.8, ls="--", label=f"alpha = {ALPHA_REFERENCE:g}")
+    low, high = ax.get_ylim()
+    ticks = [t for t in ALPHA_TICKS if low <= t <= high]
+    ax.yaxis.set_major_locator(FixedLocator(ticks or [ALPHA_REFERENCE]))
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _legend_outside(fig: Figure, ax: Any, ncols: int = 4) -> None:
+    """The legend of ``ax`` below the figure, where it hides no line."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(ncols, len(handles)), fontsize=7)
 
 
 def locality_over_training(
@@ -50,11 +75,7 @@ def locality_over_training(
             ax.plot(x, v[:, layer], marker=".", markersize=3, label=f"layer {layer + 1}")
         ax.set_title(label, fontsize=9)
         if log:
-            ax.set_yscale("log")
-            ax.axhline(ALPHA_REFERENCE, color="black", lw=0.8, ls="--", label=f"alpha = {ALPHA_REFERENCE:g}")
-            ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-            ax.yaxis.set_major_formatter(ScalarFormatter())
-            ax.yaxis.set_minor_formatter(NullFormatter())
+            _log_alpha_axis(ax)
     if lr is not None:
         axes[-1].plot(x, np.asarray(lr), color="black")
         axes[-1].set_title("learning rate", fontsize=9)
@@ -62,7 +83,7 @@ def locality_over_training(
         ax.set_xlabel("training step", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(True, linewidth=0.3)
-    axes[0].legend(fontsize=7)
+    _legend_outside(fig, axes[0], ncols=7)
     fig.suptitle(title or "locality over training", fontsize=10)
     return fig
 
@@ -128,12 +149,8 @@ def locality_by_layer(runs: Sequence[dict[str, Any]], *, title: str | None = Non
         ax.tick_params(labelsize=7)
         ax.grid(True, linewidth=0.3)
         if key == "median_alpha":
-            ax.set_yscale("log")
-            ax.axhline(ALPHA_REFERENCE, color="black", lw=0.8, ls="--")
-            ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-            ax.yaxis.set_major_formatter(ScalarFormatter())
-            ax.yaxis.set_minor_formatter(NullFormatter())
-    axes[0].legend(fontsize=6)
+            _log_alpha_axis(ax)
+    _legend_outside(fig, axes[0], ncols=3)
     fig.suptitle(title or "locality layer by layer", fontsize=10)
     return fig
 
@@ -152,6 +169,34 @@ def learning_curves(runs: Sequence[dict[str, Any]], *, title: str | None = None)
     ax.set_xlabel("epoch")
     ax.set_ylabel("validation accuracy (%)")
     ax.grid(True, linewidth=0.3)
-    ax.legend(fontsize=7, ncols=2)
+    _legend_outside(fig, ax, ncols=3)
     ax.set_title(title or "learning curves", fontsize=10)
+    return fig
+
+
+def grid_formation(steps: Sequence[int], series: dict[str, Tensor], *, title: str | None = None) -> Figure:
+    """Does a grid form? Per layer against the training step, one panel each: sharp heads, distinct taps
+    among them, the heads' median centre displacement from initialization (pixels) and the overlap of
+    their half-mass regions (mean pairwise Jaccard), as ``series`` holds them (``(T, layers)`` each)."""
+    labels = {
+        "sharp_heads": "sharp heads (>= 50% on one pixel)",
+        "sharp_distinct_taps": "distinct taps among them",
+        "median_displacement": "median centre displacement (pixels)",
+        "overlap": "overlap of half-mass regions (Jaccard)",
+        "coverage": "pixels covered by half-mass regions",
+    }
+    shown = [k for k in labels if k in series]
+    fig = Figure(figsize=(3.3 * len(shown), 3.4), constrained_layout=True)
+    axes = np.atleast_1d(fig.subplots(1, len(shown)))
+    x = np.asarray(steps)
+    for ax, key in zip(axes, shown, strict=True):
+        v = series[key].detach().float().cpu().numpy()
+        for layer in range(v.shape[1]):
+            ax.plot(x, v[:, layer], marker=".", markersize=3, label=f"layer {layer + 1}")
+        ax.set_title(labels[key], fontsize=9)
+        ax.set_xlabel("training step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(True, linewidth=0.3)
+    _legend_outside(fig, axes[0], ncols=6)
+    fig.suptitle(title or "does a grid form?", fontsize=10)
     return fig

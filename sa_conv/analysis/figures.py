@@ -25,6 +25,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Ellipse, Rectangle
 from torch import Tensor
 
+from sa_conv.analysis.locality import SHARP_MASS
+
 __all__ = [
     "attention_grid",
     "centre_plot",
@@ -103,7 +105,7 @@ def _cell(
             xs = np.arange(crop.shape[1]) + extent[0] + 0.5
             ax.contour(xs, ys, crop, levels=levels, colors=list(CONTOURS[-len(levels) :]), linewidths=0.7)
     _query_corners(ax)
-    ticks = [t for t in range(-window if window else -16, (window or 16) + 1, 2)]
+    ticks = list(range(-16, 17, 2))  # even shifts: 0, the query, always among them
     ax.set_xticks([t for t in ticks if extent[0] < t < extent[1]])
     ax.set_yticks([t for t in ticks if extent[3] < t < extent[2]])
     ax.tick_params(labelsize=5, length=2, pad=1)
@@ -113,6 +115,18 @@ def _cell(
 def _query_maps(m: Tensor, q: int, height: int, width: int) -> np.ndarray:
     """``(B|1, heads, N, N)`` -> the query's maps ``(heads, H, W)``, averaged over the batch."""
     return m.detach().float().mean(0)[:, q].reshape(-1, height, width).cpu().numpy()
+
+
+def peak_text(peak: float) -> str:
+    """A head's peak to two decimals, rounded down below the sharp threshold: 0.498 reads 0.49, never as
+    a sharp head's 0.50."""
+    shown = math.floor(peak * 100) / 100 if peak < SHARP_MASS else round(peak, 2)
+    return f"{shown:.2f}"
+
+
+def head_title(h: int, peak: float) -> str:
+    """A head's cell title: its number, its peak, and whether it is sharp."""
+    return f"head {h + 1}: peak {peak_text(peak)}" + (", sharp" if peak >= SHARP_MASS else "")
 
 
 def layer_heads(
@@ -135,9 +149,10 @@ def layer_heads(
             ax.set_visible(False)
             continue
         image = _cell(ax, maps[h], query, vmax=vmax)
-        ax.set_title(f"head {h + 1} (peak {maps[h].max():.2f})", fontsize=8)
+        ax.set_title(head_title(h, float(maps[h].max())), fontsize=8)
     fig.colorbar(image, ax=list(axes[:heads]), shrink=0.8, label="attention probability (one scale)")
-    fig.suptitle((f"{title}\n" if title else "") + CONTOUR_NOTE, fontsize=9)
+    note = f"sharp: at least {SHARP_MASS:g} of the head's attention on one pixel (its peak, in the title)"
+    fig.suptitle((f"{title}\n" if title else "") + f"{note}\n{CONTOUR_NOTE}", fontsize=9)
     return fig
 
 
@@ -176,7 +191,7 @@ def attention_grid(
                 ax.set_visible(False)
                 continue
             image = _cell(ax, probs[h], query, vmax=vmax)
-            ax.set_title(f"{h + 1} ({probs[h].max():.2f})", fontsize=6, pad=2)
+            ax.set_title(f"{h + 1} ({peak_text(float(probs[h].max()))})", fontsize=6, pad=2)
             cells.append(ax)
         block.suptitle(f"layer {i + 1}", fontsize=9)
     fig.colorbar(image, ax=cells, shrink=0.8, label="attention probability (one scale)")
@@ -247,25 +262,59 @@ def _centre_panel(ax, centres: np.ndarray, inv_cov: np.ndarray | None, extent: f
     ax.tick_params(labelsize=6)
 
 
-def _centre_legend(fig: Figure) -> None:
+def _centre_legend(fig: Figure, *, moved: bool = False) -> None:
     legend = [
         Line2D([], [], color="grey", lw=0.8, ls="-", label="50% of the head's mass"),
         Line2D([], [], color="grey", lw=0.8, ls=":", label="90%"),
         Line2D([], [], marker="x", color="grey", ls="", label="uniform head (alpha ~ 0)"),
         Line2D([], [], marker="s", mfc="none", color="black", ls="", label="query pixel"),
     ]
-    fig.legend(handles=legend, loc="outside lower center", ncols=4, fontsize=7)
+    if moved:
+        legend.append(
+            Line2D(
+                [],
+                [],
+                marker="o",
+                mfc="none",
+                color="grey",
+                ls="",
+                label="centre at step 0 (arrow: to the end)",
+            )
+        )
+    fig.legend(handles=legend, loc="outside lower center", ncols=3, fontsize=7)
+
+
+def _arrows(ax, start: np.ndarray, end: np.ndarray) -> None:
+    """Each head's start (a hollow circle) and an arrow from it to where the head ended."""
+    colours = _head_colours(len(start))
+    for h in range(len(start)):
+        ax.plot(start[h, 1], start[h, 0], "o", mfc="none", color=colours[h], markersize=4, mew=0.8)
+        ax.annotate(
+            "",
+            xy=(end[h, 1], end[h, 0]),
+            xytext=(start[h, 1], start[h, 0]),
+            arrowprops={"arrowstyle": "->", "color": colours[h], "lw": 0.8, "shrinkA": 2, "shrinkB": 4},
+        )
 
 
 def layer_centres(
-    centres: Tensor, *, inverse_covariance: Tensor | None = None, title: str | None = None
+    centres: Tensor,
+    *,
+    inverse_covariance: Tensor | None = None,
+    initial: Tensor | None = None,
+    title: str | None = None,
 ) -> Figure:
-    """The paper's centre figure for a whole model: one panel per layer (near-square grid), every head
-    numbered at its centre with its 50% / 90% circles. ``centres`` ``(layers, heads, 2)`` in (dy, dx),
-    ``inverse_covariance`` ``(layers, heads, 2, 2)``."""
+    """The paper's centre figure for a whole model: one panel per layer (near-square grid, one axis
+    range for all), every head numbered at its centre with its 50% / 90% circles, and, given the
+    ``initial`` centres (step 0), an arrow from each to where the head ended. ``centres`` and ``initial``
+    ``(layers, heads, 2)`` in (dy, dx), ``inverse_covariance`` ``(layers, heads, 2, 2)``."""
     c = centres.detach().double().cpu().numpy()
     inv = None if inverse_covariance is None else inverse_covariance.detach().double().cpu().numpy()
+    start = None if initial is None else initial.detach().double().cpu().numpy()
     layers = c.shape[0]
+    extent = max(_extent(c[layer], None if inv is None else inv[layer]) for layer in range(layers))
+    if start is not None:
+        extent = max(extent, float(np.clip(np.ceil(np.abs(start).max() + 0.5), 3.0, 16.0)))
     cols = math.ceil(math.sqrt(layers))
     rows = math.ceil(layers / cols)
     fig = Figure(figsize=(3.2 * cols + 0.4, 3.2 * rows + 1.0), constrained_layout=True)
@@ -275,9 +324,11 @@ def layer_centres(
             ax.set_visible(False)
             continue
         layer_inv = None if inv is None else inv[layer]
-        _centre_panel(ax, c[layer], layer_inv, _extent(c[layer], layer_inv), annotate=True)
+        _centre_panel(ax, c[layer], layer_inv, extent, annotate=True)
+        if start is not None:
+            _arrows(ax, start[layer], c[layer])
         ax.set_title(f"layer {layer + 1}", fontsize=9)
-    _centre_legend(fig)
+    _centre_legend(fig, moved=start is not None)
     fig.suptitle(f"{title + ': ' if title else ''}centres of attention (dy down, dx right)", fontsize=10)
     return fig
 
@@ -299,10 +350,12 @@ def centre_plot(
     t, layers, heads, _ = c.shape
     chosen = sorted({round(i * (t - 1) / max(points - 1, 1)) for i in range(min(points, t))})
     rows = len(chosen) + (t > 1)
-    extents = [
-        max(_extent(c[i, layer], None if inv is None else inv[i, layer]) for i in chosen)
+    extent = max(  # one axis range for every layer and snapshot: circles compare across them
+        _extent(c[i, layer], None if inv is None else inv[i, layer])
+        for i in chosen
         for layer in range(layers)
-    ]
+    )
+    extents = [extent] * layers
     fig = Figure(figsize=(2.6 * layers + 0.6, 2.6 * rows + 0.9), constrained_layout=True)
     axes = fig.subplots(rows, layers, squeeze=False)
     for r, i in enumerate(chosen):
@@ -320,10 +373,11 @@ def centre_plot(
         for layer in range(layers):
             ax = axes[-1, layer]
             for h in range(heads):
-                ax.plot(c[:, layer, h, 1], c[:, layer, h, 0], color=colours[h], lw=0.9)
+                ax.plot(c[:, layer, h, 1], c[:, layer, h, 0], color=colours[h], lw=0.6, alpha=0.6)
             _centre_panel(ax, c[-1, layer], None, extents[layer], annotate=True)
-        axes[-1, 0].set_ylabel("trajectories", fontsize=8)
-    _centre_legend(fig)
+            _arrows(ax, c[0, layer], c[-1, layer])
+        axes[-1, 0].set_ylabel("first -> last", fontsize=8)
+    _centre_legend(fig, moved=t > 1)
     span = f", steps {steps[0]}..{steps[-1]}" if steps else ""
     fig.suptitle(
         f"{title + ': ' if title else ''}centres of attention (dy down, dx right){span}", fontsize=10

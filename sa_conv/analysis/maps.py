@@ -12,7 +12,7 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from sa_conv.analysis.curves import locality_over_training, locality_summary
+from sa_conv.analysis.curves import grid_formation, locality_over_training, locality_summary
 from sa_conv.analysis.figures import attention_grid, centre_plot, layer_centres, layer_heads
 from sa_conv.analysis.locality import (
     SHARP_MASS,
@@ -146,6 +146,9 @@ def _history_tensors(history: list[dict[str, Any]]) -> dict[str, Any]:
     out["median_alpha"] = (
         torch.tensor([[r["median_alpha"] for r in s] for s in summaries]) if gaussian else None
     )
+    for key in ("sharp_heads", "sharp_distinct_taps", "median_displacement", "overlap", "coverage"):
+        if all(key in r for s in summaries for r in s):  # records that hold it (older ones may not)
+            out[key] = torch.tensor([[float(r[key]) for r in s] for s in summaries])
     same_heads = all(h == heads[0] and len(set(h)) == 1 for h in heads)
     if gaussian and same_heads:
         out["centres"] = torch.tensor([[layer["centres"] for layer in s["layers"]] for s in history])
@@ -225,6 +228,7 @@ def _history_figures(
         last = layer_centres(
             series["centres"][-1],
             inverse_covariance=series["inverse_covariance"][-1],
+            initial=series["centres"][0] if series["steps"][0] == 0 else None,
             title=f"{name + ', ' if name else ''}step {series['steps'][-1]}",
         )
         out.append(("attention/layer_centres", last))
@@ -246,6 +250,11 @@ def _history_figures(
             title=f"{prefix}locality over training",
         )
         out.append(("attention/locality_over_training", figure))
+        if "overlap" in series:  # motion and coverage, in records that hold them
+            keys = ("sharp_heads", "sharp_distinct_taps", "median_displacement", "overlap")
+            present = {k: series[k] for k in keys if k in series}
+            figure = grid_formation(series["steps"], present, title=f"{prefix}does a grid form?")
+            out.append(("attention/grid_formation", figure))
     return out
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import gc
 import logging
 import math
@@ -42,6 +43,7 @@ __all__ = [
 
 SYNTHETIC_SIZE = 512  # synthetic training images unless --synthetic-size says otherwise
 DEFAULT_DATA_DIR = Path("data/cifar10")  # where torchvision downloads CIFAR-10 when no --data-dir is given
+SUGGESTION_CUTOFF = 0.75  # difflib's similarity a flag needs to be suggested for a mistyped one
 
 
 class UserError(RuntimeError):
@@ -49,16 +51,44 @@ class UserError(RuntimeError):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse, but a bad option is one line on stderr (and exit code 2); every program has --debug
-    (read by ``main_guard``, which turns errors into one line unless it is given)."""
+    """argparse, but a bad option is one line on stderr (and exit code 2), a mistyped flag with the flag
+    it is closest to; flags are spelled out (no prefix abbreviations: ``--epoch`` is a typo of
+    ``--epochs``, never silently taken for it); every program has --debug (read by ``main_guard``, which
+    turns errors into one line unless it is given)."""
 
     def __init__(self, *args: Any, add_debug: bool = True, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         if add_debug:
             self.add_argument("--debug", action="store_true", help="show tracebacks, not one-line errors")
 
     def error(self, message: str) -> NoReturn:
+        unknown = "unrecognized arguments: "
+        if message.startswith(unknown):
+            tokens = message[len(unknown) :].split(" ")
+            hints = [self.suggestion(token) for token in tokens]
+            if any(hints):
+                marked = [f"{t} (did you mean {h}?)" if h else t for t, h in zip(tokens, hints, strict=True)]
+                self.exit(2, f"{self.prog}: error: {unknown}{' '.join(marked)}\n")
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+    def suggestion(self, token: str) -> str | None:
+        """The flag ``token`` (an unrecognized argument) most likely meant: the one it spells (``_`` and
+        ``-`` the same, any case, any number of leading dashes), the only one it begins, else the most
+        similar one if it is close enough."""
+        name = token.split("=", 1)[0]
+        if not name.startswith("-") or name == "-":
+            return None
+        wanted = "--" + name.lstrip("-").lower().replace("_", "-")
+        # argparse has no public list of a parser's flags
+        flags = [f for f in self._option_string_actions if f.startswith("--") and f != name]
+        if wanted in flags:
+            return wanted
+        longer = [f for f in flags if f.startswith(wanted)]
+        if len(longer) == 1:  # what argparse's abbreviations would have taken it for
+            return longer[0]
+        close = difflib.get_close_matches(wanted, flags, n=1, cutoff=SUGGESTION_CUTOFF)
+        return close[0] if close else None
 
 
 def flag(name: str) -> str:

@@ -52,52 +52,121 @@ def _padding(text: str) -> str | int | tuple[int, ...]:
 
 
 def build_parser() -> ArgumentParser:
+    """The command line: a random convolution's shape, the check, or a trained network to convert."""
     parser = ArgumentParser(prog="python -m experiments.convert", description=__doc__.splitlines()[0])
-    conv = parser.add_argument_group("the random convolution")
-    conv.add_argument("--dims", type=int, choices=(1, 2), default=2)
-    conv.add_argument("--in-channels", type=positive_int, default=8)
-    conv.add_argument("--out-channels", type=positive_int, default=16)
-    conv.add_argument("--kernel-size", type=_ints, default=3, help="K or Kh,Kw")
-    conv.add_argument("--stride", type=_ints, default=1)
-    conv.add_argument("--padding", type=_padding, default=1, help="P, Ph,Pw, same or valid")
-    conv.add_argument("--dilation", type=_ints, default=1)
-    conv.add_argument("--groups", type=int, default=1)
+    _conv_flags(parser.add_argument_group("the random convolution"))
+    _check_flags(parser.add_argument_group("the check"))
+    _checkpoint_flags(parser.add_argument_group("a trained network (a checkpoint made by experiments.run)"))
+    return parser
+
+
+def _conv_flags(conv: argparse._ActionsContainer) -> None:
+    """The random convolution's shape and input."""
+    conv.add_argument("--dims", type=int, choices=(1, 2), default=2, help="1: Conv1d, 2: Conv2d (default: 2)")
     conv.add_argument(
-        "--padding-mode", default="zeros", choices=("zeros", "reflect", "replicate", "circular")
+        "--in-channels", type=positive_int, default=8, metavar="N", help="input channels (default: 8)"
     )
-    conv.add_argument("--no-bias", action="store_true")
-    conv.add_argument("--size", type=positive_int, default=16, help="input height and width (length in 1D)")
-    conv.add_argument("--batch", type=positive_int, default=4)
-    check = parser.add_argument_group("the check")
-    check.add_argument("--alpha", type=float, default=46.0, help="quadratic encoding sharpness (paper: 46)")
-    check.add_argument("--tolerance", type=positive_float, default=1e-5, help="max relative error to PASS")
-    check.add_argument("--max-heads", type=int, help="refuse kernels that need more heads than this")
-    check.add_argument("--impl", default="auto", choices=("auto", "reference", "separable"))
-    check.add_argument("--seed", type=seed_int, default=0)
+    conv.add_argument(
+        "--out-channels", type=positive_int, default=16, metavar="N", help="output channels (default: 16)"
+    )
+    conv.add_argument("--kernel-size", type=_ints, default=3, metavar="K", help="K or Kh,Kw (default: 3)")
+    conv.add_argument("--stride", type=_ints, default=1, metavar="S", help="S or Sh,Sw (default: 1)")
+    conv.add_argument(
+        "--padding", type=_padding, default=1, metavar="P", help="P, Ph,Pw, same or valid (default: 1)"
+    )
+    conv.add_argument("--dilation", type=_ints, default=1, metavar="D", help="D or Dh,Dw (default: 1)")
+    conv.add_argument(
+        "--groups", type=int, default=1, metavar="G", help="channel groups, dividing both counts (default: 1)"
+    )
+    conv.add_argument(
+        "--padding-mode",
+        default="zeros",
+        choices=("zeros", "reflect", "replicate", "circular"),
+        help="how the input is padded (default: zeros)",
+    )
+    conv.add_argument("--no-bias", action="store_true", help="a convolution without a bias")
+    conv.add_argument(
+        "--size",
+        type=positive_int,
+        default=16,
+        metavar="N",
+        help="input height and width (1D: length) (default: 16)",
+    )
+    conv.add_argument(
+        "--batch",
+        type=positive_int,
+        default=4,
+        metavar="N",
+        help="inputs checked: random ones, or test images with --layer (default: 4)",
+    )
+
+
+def _check_flags(check: argparse._ActionsContainer) -> None:
+    """How the attention twin is built and judged."""
+    check.add_argument(
+        "--alpha",
+        type=float,
+        default=46.0,
+        metavar="A",
+        help="quadratic encoding sharpness (default: 46, the paper's)",
+    )
+    check.add_argument(
+        "--tolerance",
+        type=positive_float,
+        default=1e-5,
+        metavar="TOL",
+        help="max relative error to PASS (default: 1e-5)",
+    )
+    check.add_argument(
+        "--max-heads", type=int, metavar="N", help="refuse kernels that need more heads (default: no limit)"
+    )
+    check.add_argument(
+        "--impl",
+        default="auto",
+        choices=("auto", "reference", "separable"),
+        help="the attention's computation; auto: the fastest exact one (default: auto)",
+    )
+    check.add_argument(
+        "--seed", type=seed_int, default=0, metavar="N", help="seed of the random conv and input (default: 0)"
+    )
     check.add_argument("--sweep-alpha", action="store_true", help="error for alpha = 1..100")
-    check.add_argument("--figure", type=output_file, help="save the conversion picture (2D) to this PNG")
-    ckpt = parser.add_argument_group("a trained network (a checkpoint made by experiments.run)")
+    check.add_argument(
+        "--figure", type=output_file, metavar="FILE", help="save the conversion picture (2D) to this PNG"
+    )
+
+
+def _checkpoint_flags(ckpt: argparse._ActionsContainer) -> None:
+    """A trained network to convert, and its data."""
     ckpt.add_argument(
-        "--checkpoint", type=Path, help="a resnet18 (--layer, --all) or SA (--to-conv) checkpoint"
+        "--checkpoint",
+        type=Path,
+        metavar="CKPT",
+        help="a resnet18 (--layer, --all) or SA (--to-conv) checkpoint",
     )
     what = ckpt.add_mutually_exclusive_group()
     what.add_argument(
-        "--layer", help="check one Conv2d of a ResNet18 on its real inputs, e.g. layers.2.conv1"
+        "--layer",
+        metavar="NAME",
+        help="check one Conv2d of a ResNet18 on its real inputs, e.g. layers.2.conv1",
     )
     what.add_argument(
         "--all", action="store_true", help="replace every convolution: an all-attention network"
     )
     what.add_argument("--to-conv", action="store_true", help="replace attention layers by their convolutions")
-    ckpt.add_argument("--layers", type=_ints, help="--to-conv: the layers (1-based, e.g. 1,2; default all)")
+    ckpt.add_argument(
+        "--layers", type=_ints, metavar="L", help="--to-conv: the layers (1-based, e.g. 1,2; default: all)"
+    )
     data_flags(ckpt, default_note="the checkpoint's own data")
-    ckpt.add_argument("--json", type=output_file, help="--all / --to-conv: also write the report here")
+    ckpt.add_argument(
+        "--json", type=output_file, metavar="FILE", help="--all / --to-conv: also write the report here"
+    )
     ckpt.add_argument(
         "--eval-batch",
         type=positive_int,
         default=250,
+        metavar="N",
         help="--all / --to-conv: test images per forward pass (default: 250)",
     )
-    return parser
 
 
 def errors(got: Tensor, expected: Tensor) -> tuple[float, float]:

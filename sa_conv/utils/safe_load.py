@@ -82,7 +82,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     if path.is_dir():
         raise CheckpointError(f"checkpoint {path} is a directory, not a file")
     if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist")
+        raise CheckpointError(f"checkpoint {path} does not exist{_what_is_there(path.parent)}")
     ckpt = load_checkpoint_file(path)
     hparams = ckpt.get("hyper_parameters") if isinstance(ckpt, dict) else None
     if not hparams or "model" not in hparams or "state_dict" not in ckpt:
@@ -91,6 +91,35 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     if version != __version__:
         raise CheckpointError(f"{path} was written by sa-conv {version}, this is sa-conv {__version__}")
     return ckpt
+
+
+SHOWN_NAMES = 8  # checkpoints a missing checkpoint's message names before it counts the rest
+
+
+def _what_is_there(folder: Path) -> str:
+    """The end of a missing checkpoint's message: the checkpoints its folder does have, or why none."""
+    if not folder.is_dir():
+        return f" (nor does its folder {folder})"
+    try:
+        here, below = _checkpoints_in(folder), _checkpoints_in(folder / "checkpoints")
+    except OSError:  # an unreadable folder: the missing file is the news
+        return ""
+    if here:
+        return f"; that folder has: {_listed(here)}"
+    if below:  # a run's folder named instead of its checkpoints/ folder
+        return f"; that folder has no checkpoints, its checkpoints/ folder has: {_listed(below)}"
+    return "; that folder has no checkpoints (*.ckpt)"
+
+
+def _checkpoints_in(folder: Path) -> list[str]:
+    """The names of the ``*.ckpt`` files in ``folder`` (none if it is not a folder), sorted."""
+    return sorted(p.name for p in folder.glob("*.ckpt") if p.is_file()) if folder.is_dir() else []
+
+
+def _listed(names: list[str]) -> str:
+    """``names`` joined, at most ``SHOWN_NAMES`` of them and a count of the rest."""
+    more = len(names) - SHOWN_NAMES
+    return ", ".join(names[:SHOWN_NAMES]) + (f" and {more} more" if more > 0 else "")
 
 
 def run_config_of(ckpt: dict[str, Any], path: str | Path = "the checkpoint") -> dict[str, Any]:

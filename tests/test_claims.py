@@ -1,0 +1,242 @@
+"""README's "Results at a glance" table, held to the committed results files.
+
+``CLAIMS`` maps each row of the table (by the start of its claim cell) to the texts its "at this scale" and
+"number" cells must contain, each one formatted here from results/<scale>.json (or the conversion's JSON)
+the way the README writes it. The test cannot pass silently:
+
+- every row of the table must match exactly one entry of ``CLAIMS``, and every entry one row (a row added
+  or dropped in README, or here, fails);
+- every expected text must appear verbatim in its row (a changed number, in README or in the JSON, fails);
+- once the expected texts are taken out of those two cells, no digit may remain (a number written into the
+  table without an entry here fails);
+- the words that carry a count ("one seed", "two seeds each", "seeds 0 and 1") are checked against the rows
+  that exist, and the rows whose cells say no ordering is claimed are checked against the paired tests.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SECTION = "## Results at a glance"
+ALLOWED_WITH_DIGITS = ("ResNet18",)  # names, not numbers
+
+
+def results(name: str) -> Any:
+    return json.loads((REPO / "results" / f"{name}.json").read_text())
+
+
+def runs(scale: str, name: str) -> list[dict[str, Any]]:
+    """Every row of ``name`` in results/<scale>.json, by seed."""
+    found = sorted((r for r in results(scale) if r["name"] == name), key=lambda r: r["seed"])
+    assert found, f"results/{scale}.json has no {name} row"
+    return found
+
+
+def pct(accuracy: float) -> str:
+    return f"{100 * accuracy:.1f}%"
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def seeds(rows: list[dict[str, Any]]) -> str:
+    """``seeds 0 and 1`` (two or more) or ``seed 0`` (one), as the README writes them."""
+    ids = [str(r["seed"]) for r in rows]
+    return f"seed {ids[0]}" if len(ids) == 1 else "seeds " + ", ".join(ids[:-1]) + " and " + ids[-1]
+
+
+def sharp(rows: list[dict[str, Any]], layer: int = 0) -> str:
+    return " and ".join(str(r["layers"][layer]["sharp_heads"]) for r in rows)
+
+
+def theorem1() -> list[str]:
+    conversion = results("convert_all_resnet18_tiny")
+    return [
+        f"predictions agree on {100 * conversion['agreement']:.1f}% of {conversion['n_images']:,} test images"
+    ]
+
+
+def quadratic_localizes() -> list[str]:
+    quadratic = runs("small", "quadratic")
+    return [
+        f"reproduced in part at `small` ({seeds(quadratic)})",
+        f"{sharp(quadratic)} of {quadratic[0]['layers'][0]['heads']} layer-1 heads sharp",
+    ]
+
+
+def deeper_layers_wider() -> list[str]:
+    quadratic = runs("small6", "quadratic")
+    last_sharp = max(
+        max(i + 1 for i, layer in enumerate(r["layers"]) if layer["sharp_heads"] > 0) for r in quadratic
+    )
+    spans = " and ".join(
+        f"{r['layers'][0]['mean_distance']:.2f} -> {r['layers'][-1]['mean_distance']:.2f}" for r in quadratic
+    )
+    return [
+        f"reproduced at `small6` ({quadratic[0]['heads']} heads, {seeds(quadratic)})",
+        f"no sharp head above layer {last_sharp} in either seed",
+        f"mean attention distance, first -> last layer: {spans} px",
+    ]
+
+
+def sixteen_heads() -> list[str]:
+    (run,) = runs("small6", "quadratic-16heads")  # "the one ... run": a second seed must rewrite the row
+    per_layer = ", ".join(str(layer["sharp_heads"]) for layer in run["layers"])
+    return [
+        f"not seen in the one `small6` {run['heads']}-head run ({seeds([run])})",
+        f"sharp heads per layer {per_layer} of {run['heads']}",
+    ]
+
+
+def learned_localizes() -> list[str]:
+    learned = runs("small", "learned")
+    return [
+        f"in part at `small` ({seeds(learned)})",
+        f"{sharp(learned)} of {learned[0]['layers'][0]['heads']} layer-1 heads sharp",
+    ]
+
+
+def resnet_vs_quadratic() -> list[str]:
+    (resnet,) = runs("small", "resnet18")  # "one seed"
+    quadratic = runs("small", "quadratic")
+    ratio = round(resnet["params"] / quadratic[0]["params"])
+    return [
+        f"the ResNet18 has {ratio}x the parameters and one seed",
+        f"{pct(resnet['test_acc'])} against " + " and ".join(pct(r["test_acc"]) for r in quadratic),
+    ]
+
+
+def quadratic_vs_learned() -> list[str]:
+    quadratic, learned = runs("small", "quadratic"), runs("small", "learned")
+    assert len(quadratic) == len(learned) == 2, "the row says two seeds each"
+    return [
+        "two seeds each",
+        f"{pct(mean([r['test_acc'] for r in quadratic]))} against "
+        f"{pct(mean([r['test_acc'] for r in learned]))} (seed means)",
+    ]
+
+
+def learned_vs_content() -> list[str]:
+    learned = runs("small", "learned")
+    (content,) = runs("small", "learned-content")  # "one learned-content seed"
+    return [
+        "one learned-content seed",
+        " and ".join(pct(r["test_acc"]) for r in learned) + f" against {pct(content['test_acc'])}",
+    ]
+
+
+# the start of each row's claim cell -> the texts its "at this scale" and "number" cells hold
+CLAIMS: dict[str, Callable[[], list[str]]] = {
+    "Theorem 1:": theorem1,
+    "first-layer quadratic heads": quadratic_localizes,
+    "deeper layers attend wider": deeper_layers_wider,
+    "with 16 heads": sixteen_heads,
+    "learned relative heads localize": learned_localizes,
+    "Table 1: quadratic attention matches ResNet18": resnet_vs_quadratic,
+    "Table 1: quadratic above learned relative": quadratic_vs_learned,
+    "Table 1: learned relative above learned relative + content": learned_vs_content,
+}
+
+
+def section() -> str:
+    text = (REPO / "README.md").read_text()
+    assert text.count(SECTION) == 1, f"README has no single {SECTION!r} section"
+    body = text.split(SECTION, 1)[1]
+    return body.split("\n## ", 1)[0]
+
+
+def table_rows() -> list[list[str]]:
+    """The results table's body rows, as cells (header and separator left out)."""
+    lines = [line for line in section().splitlines() if line.startswith("|")]
+    assert len(lines) > 2, "the results table is missing"
+    header, separator, *body = lines
+    assert "claim" in header and set(separator.replace("|", "").split()) == {"---"}
+    rows = [[cell.strip() for cell in line.strip().strip("|").split(" | ")] for line in body]
+    for row in rows:
+        assert len(row) == 4, f"a row of four cells (claim, at this scale, number, evidence): {row}"
+    return rows
+
+
+def row_for(key: str) -> list[str]:
+    matches = [row for row in table_rows() if row[0].startswith(key)]
+    assert len(matches) == 1, f"{len(matches)} rows of README's results table start with {key!r}"
+    return matches[0]
+
+
+def test_every_row_is_covered_and_no_other() -> None:
+    rows = table_rows()
+    assert len(rows) == len(CLAIMS), f"README's table has {len(rows)} rows, CLAIMS covers {len(CLAIMS)}"
+    for row in rows:
+        keys = [key for key in CLAIMS if row[0].startswith(key)]
+        assert len(keys) == 1, f"row {row[0]!r} matches {keys} in CLAIMS"
+        assert re.search(r"\d", row[2]), f"row {row[0]!r} quotes no number"
+        assert row[3].count("](") == 1, f"row {row[0]!r}: one evidence link"
+
+
+@pytest.mark.parametrize("key", list(CLAIMS))
+def test_row_numbers_equal_their_json(key: str) -> None:
+    row = row_for(key)
+    cells = " | ".join(row[1:3])
+    rest = cells
+    for expected in CLAIMS[key]():
+        assert expected in cells, f"README row {key!r} should read {expected!r}; it has: {cells!r}"
+        rest = rest.replace(expected, " ")
+    for name in ALLOWED_WITH_DIGITS:
+        rest = rest.replace(name, " ")
+    stray = re.findall(r"[^\s|]*\d[^\s|]*", rest)
+    assert not stray, (
+        f"README row {key!r} quotes {stray}, which no results file backs here (add it to CLAIMS)"
+    )
+
+
+def test_the_scale_the_table_states() -> None:
+    """The section's opening: 15 epochs for every `small`/`small6` row, 2,000 test images, the hardware."""
+    text = " ".join(section().split())
+    rows = results("small") + results("small6")
+    epochs = {r["epochs"] for r in rows}
+    assert len(epochs) == 1 and f"for {epochs.pop()} epochs" in text
+    images = {r["n_test_images"] for r in rows}
+    assert len(images) == 1 and f"holds {images.pop():,} JPEG images" in text
+    machines = {r["hardware"].split(" (")[0] for r in rows}
+    assert machines == {"Intel(R) Xeon(R) Processor", "AMD EPYC"}
+    (content,) = runs("small", "learned-content")
+    assert content["hardware"].startswith("AMD EPYC") and "learned-content on AMD EPYC" in text
+
+
+def orderable(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
+    """The suite's rule (docs/results.md): every seed of one above every seed of the other, McNemar p < 0.05
+    for every pair, the bootstrap interval of the difference of the seed means excluding 0, two seeds each."""
+    from sa_conv.analysis.statistics import mcnemar, paired_bootstrap
+
+    def correct(rows: list[dict[str, Any]]) -> list[list[bool]]:
+        return [[c == "1" for c in r["test_correct"]] for r in rows]
+
+    ra, rb = correct(a), correct(b)
+    above = all(x["test_acc"] > y["test_acc"] for x in a for y in b) or all(
+        x["test_acc"] < y["test_acc"] for x in a for y in b
+    )
+    cleared = all(mcnemar(x, y)[2] < 0.05 for x in ra for y in rb)
+    _, low, high = paired_bootstrap(ra, rb)
+    return above and cleared and (low > 0 or high < 0) and len(a) >= 2 and len(b) >= 2
+
+
+@pytest.mark.parametrize(
+    ("key", "first", "second"),
+    [
+        ("Table 1: quadratic attention matches ResNet18", "quadratic", "resnet18"),
+        ("Table 1: quadratic above learned relative", "quadratic", "learned"),
+        ("Table 1: learned relative above learned relative + content", "learned", "learned-content"),
+    ],
+)
+def test_no_ordering_where_the_table_claims_none(key: str, first: str, second: str) -> None:
+    row = row_for(key)
+    assert "no ordering" in row[1] or "order neither" in row[1]
+    assert not orderable(runs("small", first), runs("small", second)), f"{key}: the rule now orders them"

@@ -1,0 +1,123 @@
+"""The gallery: one explorer page per shipped model and an index, rendered in headless Chromium without a
+script error, every link of the index resolving; the committed gallery too."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from cli_helpers import call
+
+from experiments import gallery, run
+from experiments.cli import main_guard
+from sa_conv.models.weights import ship
+from sa_conv.utils.safe_load import read_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["--scale", "tiny", "--layers", "2", "--hidden", "16", "--heads", "4", "--epochs", "1", "--synthetic"]
+TINY += ["--synthetic-size", "64", "--limit-train-batches", "2", "--no-explore", "--figures-every", "none"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A positional and a content model, each trained one step."""
+    out = tmp_path_factory.mktemp("runs")
+    done = {}
+    for model in ("quadratic", "learned-content"):
+        assert main_guard(run.main)([model, *TINY, "--output-dir", str(out)]) == 0
+        done[model] = out / model / "version_0"
+    return done
+
+
+@pytest.fixture
+def shipped(runs: dict[str, Path]) -> list[str]:
+    names = []
+    for model, run_dir in runs.items():
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        row = {"model": model, "seed": 0, "epochs": 1, "test_acc": metrics["test_acc"], "n_test_images": 64}
+        name = f"tiny/{model}-seed0"
+        ship(name, read_checkpoint(metrics["best_checkpoint"]), row=row, history=None, commit=None)
+        names.append(name)
+    return names
+
+
+def links_of(index: Path) -> list[str]:
+    return re.findall(r'href="([^"]+)"', index.read_text())
+
+
+def test_the_gallery_has_a_page_per_model_and_an_index_linking_them(shipped, tmp_path, capsys) -> None:
+    out = tmp_path / "gallery"
+    results = tmp_path / "results"
+    results.mkdir()
+    row = {"name": "quadratic", "seed": 0, "layers": [{"sharp_heads": 3, "heads": 4, "mean_distance": 1.25}]}
+    (results / "tiny.json").write_text(json.dumps([row]))
+    code, _, err = call(gallery, ["--out", str(out), "--results", str(results)], capsys)
+    assert code == 0, err
+    pages = sorted(str(p.relative_to(out)) for p in out.rglob("*.html"))
+    assert pages == ["index.html", "tiny/learned-content-seed0.html", "tiny/quadratic-seed0.html"]
+    assert sorted(links_of(out / "index.html")) == pages[1:]
+    index = (out / "index.html").read_text()
+    assert "L1: 3/4 sharp, 1.25 px" in index  # the committed locality row, beside its model
+    page = (out / "tiny/quadratic-seed0.html").read_text()
+    assert "synthetic images (CIFAR-10 is not here" in page  # no data here: said on the page
+    assert (out / "tiny/quadratic-seed0.html").stat().st_size < 0.3 * 2**20  # positional: small
+    assert (out / "tiny/learned-content-seed0.html").stat().st_size < 2.5 * 2**20  # content: a budget
+
+
+def _browser() -> str | None:
+    for name in (os.environ.get("SA_CONV_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
+        if name and (path := shutil.which(name)):
+            return path
+    return None
+
+
+def render_all(index: Path) -> list[str]:
+    """Open the index and every page it links in headless Chromium; the script errors met."""
+    playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    browser_path = _browser()
+    if browser_path is None:
+        pytest.skip("no Chromium found (install Debian's chromium, or set SA_CONV_CHROMIUM)")
+    errors: list[str] = []
+    flags = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-sync"]
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=browser_path, args=flags)
+        view = browser.new_page()
+        view.on("pageerror", lambda e: errors.append(f"{view.url}: {e}"))
+        view.goto(index.resolve().as_uri())
+        assert view.locator("table tr").count() == len(links_of(index)) + 1
+        for link in links_of(index):
+            view.goto((index.parent / link).resolve().as_uri())
+            view.wait_for_selector("body[data-rendered]", state="attached", timeout=60_000)
+        browser.close()
+    return errors
+
+
+@pytest.mark.slow
+def test_the_gallerys_pages_render_in_chromium(shipped, tmp_path, capsys) -> None:
+    out = tmp_path / "gallery"
+    assert call(gallery, ["--out", str(out), "--results", str(tmp_path)], capsys)[0] == 0
+    assert render_all(out / "index.html") == []
+
+
+def test_the_committed_gallery_links_every_shipped_model() -> None:
+    index = REPO / "weights" / "gallery" / "index.html"
+    if not index.is_file():
+        pytest.skip("no gallery committed")
+    manifest = json.loads((REPO / "weights" / "manifest.json").read_text())
+    links = links_of(index)
+    assert all((index.parent / link).is_file() for link in links)
+    names = [link.removesuffix(".html") for link in links]
+    with_attention = [n for n, e in manifest.items() if e["model"] != "resnet18"]
+    assert sorted(names) == sorted(with_attention)
+
+
+@pytest.mark.slow
+def test_the_committed_gallery_renders_in_chromium() -> None:
+    index = REPO / "weights" / "gallery" / "index.html"
+    if not index.is_file():
+        pytest.skip("no gallery committed")
+    assert render_all(index) == []

@@ -1,0 +1,114 @@
+"""The committed claims, recomputed from the shipped weights: each positional model's locality per layer
+(sharp heads, distinct taps, mean distance, median alpha, overlap, coverage, displacement) equals its row
+in results/<scale>.json, and (slow, real data) its test accuracy and per-image results do too."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from sa_conv.analysis.maps import initial_of, layer_summary, locality_snapshot
+from sa_conv.models.weights import backbone_of, read_weights, sha256_of
+
+REPO = Path(__file__).resolve().parents[1]
+WEIGHTS = REPO / "weights"
+MANIFEST = (
+    json.loads((WEIGHTS / "manifest.json").read_text()) if (WEIGHTS / "manifest.json").is_file() else {}
+)
+
+
+def committed_row(name: str) -> dict | None:
+    """The results row a shipped model's claims come from (``<scale>/<entry>-seed<k>``)."""
+    scale, run = name.split("/")
+    entry, seed = run.rsplit("-seed", 1)
+    path = REPO / "results" / f"{scale}.json"
+    rows = json.loads(path.read_text()) if path.is_file() else []
+    return next((r for r in rows if r["name"] == entry and r["seed"] == int(seed)), None)
+
+
+def positional(name: str) -> bool:
+    config = MANIFEST[name]["config"]["model_config"]
+    return (
+        MANIFEST[name]["model"] != "resnet18"
+        and not config.get("content")
+        and config.get("attention") == "mhsa"
+    )
+
+
+def final_weights(name: str) -> bool:
+    """The shipped weights are the final epoch's (where the locality row was recorded)."""
+    return MANIFEST[name]["epoch_of_weights"] == MANIFEST[name]["epochs"]
+
+
+CHECKED = sorted(n for n in MANIFEST if positional(n) and final_weights(n))
+
+
+def assert_layers_equal(recomputed: list[dict], committed: list[dict]) -> None:
+    assert len(recomputed) == len(committed)
+    for mine, theirs in zip(recomputed, committed, strict=True):
+        for key in ("heads", "sharp_heads", "sharp_distinct_taps", "sharp_taps", "coverage"):
+            if key in theirs:
+                assert mine[key] == theirs[key], key
+        for key in ("mean_distance", "median_alpha", "conv_likeness", "overlap", "median_displacement"):
+            if key in theirs:
+                assert mine[key] == pytest.approx(theirs[key], rel=1e-5, abs=1e-7), key
+        if "displacement" in theirs:
+            assert mine["displacement"] == pytest.approx(theirs["displacement"], abs=2e-4)
+
+
+def test_every_shipped_model_has_its_results_row() -> None:
+    for name, entry in MANIFEST.items():
+        row = committed_row(name)
+        assert row is not None, f"{name} ships without its results row"
+        assert row["test_acc"] == entry["test_acc"] and row["epochs"] == entry["epochs"]
+        assert sha256_of(WEIGHTS / entry["file"]) == entry["sha256"]
+
+
+@pytest.mark.parametrize("name", CHECKED or [pytest.param(None, marks=pytest.mark.skip("no model ships"))])
+def test_the_committed_locality_is_recomputed_from_the_weights(name: str) -> None:
+    record = read_weights(WEIGHTS / MANIFEST[name]["file"])
+    backbone = backbone_of(record).eval()
+    history = record["callbacks"]["AttentionFigures"]["history"]
+    snapshot = locality_snapshot(backbone, torch.zeros(1, 3, 32, 32), history[-1]["step"])
+    recomputed = layer_summary(snapshot, initial_of(history))
+    assert_layers_equal(recomputed, committed_row(name)["layers"])
+
+
+def test_a_changed_committed_number_is_caught() -> None:
+    """The comparison is not vacuous: one number changed by a little fails it."""
+    if not CHECKED:
+        pytest.skip("no positional model ships")
+    name = CHECKED[0]
+    record = read_weights(WEIGHTS / MANIFEST[name]["file"])
+    history = record["callbacks"]["AttentionFigures"]["history"]
+    snapshot = locality_snapshot(backbone_of(record).eval(), torch.zeros(1, 3, 32, 32), 0)
+    recomputed = layer_summary(snapshot, initial_of(history))
+    changed = json.loads(json.dumps(committed_row(name)["layers"]))
+    changed[0]["mean_distance"] += 0.01
+    with pytest.raises(AssertionError):
+        assert_layers_equal(recomputed, changed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name", sorted(MANIFEST) or [pytest.param(None, marks=pytest.mark.skip("no model ships"))]
+)
+def test_the_committed_accuracy_is_recomputed_from_the_weights(name: str, cifar_dir: Path) -> None:
+    from sa_conv.training.config import RunConfig
+    from sa_conv.training.evaluation import correct_on_test
+    from sa_conv.training.run import datamodule_for
+
+    entry = MANIFEST[name]
+    backbone = backbone_of(read_weights(WEIGHTS / entry["file"])).eval()
+    config = RunConfig.from_dict(entry["config"])
+    correct = correct_on_test(backbone, datamodule_for(config, data_dir=cifar_dir), entry["precision"])
+    committed = committed_row(name)["test_correct"]
+    flips = sum(a != b for a, b in zip(correct, committed, strict=True))
+    allowed = 0 if entry["precision"] == "32-true" else 2  # bf16 on other hardware may round otherwise
+    assert flips <= allowed, f"{name}: {flips} test images classified otherwise than committed"
+    assert correct.count("1") / len(correct) == pytest.approx(
+        entry["test_acc"], abs=allowed / len(correct) + 1e-9
+    )

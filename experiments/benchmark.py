@@ -21,7 +21,7 @@ import torch
 from experiments.benchmark_steps import bench_allocator, bench_model_steps, bench_training_step
 from experiments.benchmark_tools import SCALES, Scale, forward_backward, peak_memory, time_it
 from experiments.cli import ArgumentParser, main_guard, output_file, positive_int
-from sa_conv.data.datamodule import CIFAR10_MEAN, CIFAR10_STD, random_crop_flip
+from sa_conv.data.augmentation import CIFAR10_MEAN, CIFAR10_STD, random_crop_flip
 from sa_conv.nn.attention import MultiHeadSelfAttention2d
 from sa_conv.nn.encodings import (
     CompositeRelativeEncoding,

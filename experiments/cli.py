@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn
 
 from experiments.memory import is_out_of_memory, memory_device, out_of_memory_line
+from sa_conv.training.config import RunConfig
 from sa_conv.utils.config import field_help, field_types
+from sa_conv.utils.files import can_write_in, is_disk_full
+from sa_conv.utils.safe_load import CheckpointError, run_config_of
+
+# what pulls in Lightning and the data stack (seconds) is imported where it is used, so that --help
+# and an error in the flags answer at once
 
 __all__ = [
     "DEFAULT_DATA_DIR",
@@ -144,7 +150,6 @@ def output_folder(text: str) -> Path:
 
 def _check_writable(folder: Path, path: Path) -> None:
     """``folder`` (or, while it does not exist, its nearest existing parent) takes a new file."""
-    from sa_conv.utils.files import can_write_in
 
     reason = can_write_in(folder)
     if reason:
@@ -296,9 +301,7 @@ def datamodule_of_checkpoint(
     """The data a checkpoint was trained on: its folder (unless the flags name other data) and its run
     config's split, subset, protocol, augmentation and seed; ``batch_size`` replaces the run's training
     and evaluation batches."""
-    from sa_conv.training.config import RunConfig
     from sa_conv.training.run import datamodule_for
-    from sa_conv.utils.safe_load import run_config_of
 
     trained = ckpt.get("datamodule_hyper_parameters") or {}
     synthetic = args.synthetic or (args.data_dir is None and trained.get("source") == "synthetic")
@@ -348,7 +351,6 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
     from sa_conv.data.datamodule import DataError
     from sa_conv.training.signals import RankLostError
-    from sa_conv.utils.safe_load import CheckpointError
 
     return (
         UserError,
@@ -429,7 +431,6 @@ _quiet_hooks: dict[str, Any] = {}  # the thread hook this module installed (inst
 def quiet_disk_full_threads() -> None:
     """A writer thread (TensorBoard's) that finds the disk full stays quiet: the error reaches the main
     thread at the next write, where it becomes one line."""
-    from sa_conv.utils.files import is_disk_full
 
     previous = threading.excepthook
     if previous is _quiet_hooks.get("installed"):

@@ -220,13 +220,12 @@ def sweep(conv: nn.Module, x: Tensor, expected: Tensor, args) -> int:
 
 def check_checkpoint(args) -> tuple[nn.Module, Tensor]:
     """A Conv2d of a trained ResNet18 and its real input on a batch of test images."""
-    from sa_conv.training.checkpoints import load_trained
-    from sa_conv.training.module import ImageClassifier
+    from sa_conv.training.checkpoints import load_trained, module_from_checkpoint
 
     if not args.layer:
         raise UserError("--checkpoint needs --layer NAME, --all or --to-conv")
     ckpt = load_trained(args.checkpoint)
-    backbone = ImageClassifier.from_checkpoint(ckpt).backbone.eval()
+    backbone = module_from_checkpoint(ckpt).backbone.eval()
     convs = {name for name, m in backbone.named_modules() if type(m) is nn.Conv2d}
     if args.layer not in convs:
         raise UserError(
@@ -279,11 +278,10 @@ def finish(report: dict, lines: list[str], args) -> int:
 def convert_whole_network(args) -> int:
     """Every convolution of a trained ResNet18 replaced by its attention twin, evaluated on the test split."""
     from sa_conv.nn.conversion import convert_network
-    from sa_conv.training.checkpoints import load_trained
-    from sa_conv.training.module import ImageClassifier
+    from sa_conv.training.checkpoints import load_trained, module_from_checkpoint
 
     ckpt = load_trained(args.checkpoint)
-    conv_net = ImageClassifier.from_checkpoint(ckpt).backbone.eval()
+    conv_net = module_from_checkpoint(ckpt).backbone.eval()
     attention_net, converted = convert_network(conv_net, alpha=args.alpha, impl=args.impl)
     if not converted:
         raise UserError(f"{args.checkpoint} has no convolution to convert")
@@ -324,11 +322,10 @@ def convert_whole_network(args) -> int:
 def convert_attention_to_conv(args) -> int:
     """Attention layers of a trained SA model replaced by their convolutions, evaluated on the test split."""
     from sa_conv.nn.conversion import ConvInPlaceOfAttention, attention_to_conv, conv_likeness
-    from sa_conv.training.checkpoints import load_trained
-    from sa_conv.training.module import ImageClassifier
+    from sa_conv.training.checkpoints import load_trained, module_from_checkpoint
 
     ckpt = load_trained(args.checkpoint)
-    model = ImageClassifier.from_checkpoint(ckpt).backbone.eval()
+    model = module_from_checkpoint(ckpt).backbone.eval()
     if not model.has_attention:
         raise UserError(f"{args.checkpoint} has no attention layers")
     n = len(model.blocks)

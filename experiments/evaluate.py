@@ -18,9 +18,8 @@ from experiments.cli import (
     positive_int,
 )
 from experiments.memory import MemoryUse
-from sa_conv.training.checkpoints import load_trained
+from sa_conv.training.checkpoints import load_trained, module_from_checkpoint
 from sa_conv.training.evaluation import evaluate
-from sa_conv.training.module import ImageClassifier
 
 
 def build_parser() -> ArgumentParser:
@@ -36,7 +35,7 @@ def build_parser() -> ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     ckpt = load_trained(args.checkpoint)
-    module = ImageClassifier.from_checkpoint(ckpt)
+    module = module_from_checkpoint(ckpt)
     datamodule = datamodule_of_checkpoint(ckpt, args, batch_size=args.batch_size)
     if args.split == "val" and datamodule.config.protocol == "paper":
         raise ValueError("the run used the paper's protocol: it has no validation split (use --split test)")

@@ -29,8 +29,7 @@ from experiments.memory import MemoryUse
 from sa_conv.analysis.explorer import explorer_data, write_explorer
 from sa_conv.data.datamodule import CIFAR10DataModule, DataConfig
 from sa_conv.data.sources import DataError
-from sa_conv.training.checkpoints import load_trained
-from sa_conv.training.module import ImageClassifier
+from sa_conv.training.checkpoints import load_trained, module_from_checkpoint
 from sa_conv.utils.files import atomic_write
 from sa_conv.utils.safe_load import CheckpointError
 
@@ -131,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.screenshot is None and (args.layer is not None or args.query is not None):
         raise UserError("--layer and --query choose what --screenshot shows: give --screenshot PNG")
     ckpt = load_trained(args.checkpoint)
-    module = ImageClassifier.from_checkpoint(ckpt)
+    module = module_from_checkpoint(ckpt)
     model = ckpt["hyper_parameters"]["model"]
     if not module.backbone.has_attention:
         raise UserError(f"{args.checkpoint} is a {model} checkpoint: it has no attention to explore")

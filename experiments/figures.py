@@ -35,8 +35,7 @@ from sa_conv.analysis.maps import (
     locality_queries,
     lr_schedule_of,
 )
-from sa_conv.training.checkpoints import load_trained
-from sa_conv.training.module import ImageClassifier
+from sa_conv.training.checkpoints import load_trained, module_from_checkpoint
 from sa_conv.utils.files import save_png, write_json
 
 
@@ -62,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out.exists() and not args.out.is_dir():
         raise UserError(f"--out {args.out} is a file, not a folder")
     ckpt = load_trained(args.checkpoint)  # read once: the model and the run's locality history
-    backbone = ImageClassifier.from_checkpoint(ckpt).backbone.eval()
+    backbone = module_from_checkpoint(ckpt).backbone.eval()
     model = ckpt["hyper_parameters"]["model"]
     if not backbone.has_attention:
         raise UserError(f"{args.checkpoint} is a {model} checkpoint: it has no attention maps to draw")

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from experiments.cli import main_guard
 from experiments.presets import preset
-from sa_conv.data.batches import random_crop_flip
+from sa_conv.data.augmentation import random_crop_flip
 from sa_conv.models.sa_classifier import SAClassifier
 from sa_conv.nn.autocast import no_autocast
 from sa_conv.training.precision import Bf16ProductsInFloat32, flush_denormals, mixed_precision

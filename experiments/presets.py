@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sa_conv.data.datamodule import DataConfig
+from sa_conv.data.config import DataConfig
 from sa_conv.models import MODELS, ResNetConfig, SAConfig
 from sa_conv.training.config import RunConfig
 from sa_conv.utils.schedule import OptimConfig

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+from argparse import Namespace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,10 @@ from experiments.cli import (
     positive_int,
 )
 from experiments.memory import MemoryUse
-from sa_conv.training.checkpoints import load_trained
+from sa_conv.data.datamodule import CIFAR10DataModule
+from sa_conv.models import Backbone
+from sa_conv.nn.surgery import prune_model_heads
+from sa_conv.training.checkpoints import load_trained, module_from_checkpoint
 from sa_conv.training.config import RunConfig, RunOptions
 from sa_conv.training.evaluation import evaluate
 from sa_conv.training.module import ImageClassifier
@@ -56,7 +60,7 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
-def degenerate(backbone: Any) -> dict[int, list[int]]:
+def degenerate(backbone: Backbone) -> dict[int, list[int]]:
     """``{layer: [head, ...]}`` of degenerate heads; UserError for an encoding without a rule."""
     found = {}
     for i, encoding in enumerate(backbone.encodings()):
@@ -77,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     ckpt = load_trained(args.checkpoint)
     config = RunConfig.from_dict(run_config_of(ckpt, args.checkpoint))
-    module = ImageClassifier.from_checkpoint(ckpt)
+    module = module_from_checkpoint(ckpt)
     backbone = module.backbone
     if not backbone.has_attention:
         raise UserError(f"{args.checkpoint} is a {config.model} checkpoint: it has no attention heads")
@@ -113,12 +117,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def prune_and_fine_tune(
-    module: ImageClassifier, pruned: dict[int, list[int]], config: RunConfig, datamodule: Any, args: Any
+    module: ImageClassifier,
+    pruned: dict[int, list[int]],
+    config: RunConfig,
+    datamodule: CIFAR10DataModule,
+    args: Namespace,
 ) -> dict[str, Any]:
     """Test, prune, test, fine-tune (a run of its own) and test: the report's numbers."""
     backbone = module.backbone
     before = evaluate(module, datamodule)  # the run's own split, subset and augmentation
-    backbone.prune_heads(pruned)
+    prune_model_heads(backbone, pruned)
     after_pruning = evaluate(module, datamodule)
     tuned_config = config.replace(
         optim={"lr": args.lr},
@@ -141,10 +149,10 @@ def prune_and_fine_tune(
         "accuracy": {
             "before": before,
             "pruned": after_pruning,
-            "finetuned": summary.get("final_test_acc", summary["test_acc"]),
+            "finetuned": summary.test_acc if summary.final_test_acc is None else summary.final_test_acc,
         },
-        "finetune": {"epochs": args.epochs, "lr": args.lr, "run_dir": summary["run_dir"]},
-        "n_test_images": summary["n_test_images"],
+        "finetune": {"epochs": args.epochs, "lr": args.lr, "run_dir": summary.run_dir},
+        "n_test_images": summary.n_test_images,
     }
 
 

@@ -26,6 +26,7 @@ from sa_conv.models import MODELS
 from sa_conv.training.config import SECTIONS, RunConfig, RunOptions, dump_config, load_config
 from sa_conv.training.resume import find_resume
 from sa_conv.training.run import train
+from sa_conv.training.summary import RunSummary
 from sa_conv.utils.config import config_to_dict, field_types
 
 # the run config's own options (its parts have their own flag groups)
@@ -193,18 +194,21 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint=lambda: newest_checkpoint(options.output_dir, config),
     ):
         summary = train(config, datamodule=datamodule, options=options, resume=resume, slow_hint=SLOW_HINT)
-    if config.data.protocol == "paper":
-        accuracy = (
-            f"best test acc {summary['best_test_acc']:.4f} | final test acc {summary['final_test_acc']:.4f}"
-        )
-    else:
-        accuracy = f"best val acc {summary['best_val_acc']:.4f} | test acc {summary['test_acc']:.4f}"
-    mfu = f", MFU {summary['mfu']:.1%}" if summary.get("mfu") is not None else ""
-    print(
-        f"done: {accuracy} | wall {summary['wall_time_s']:.1f} s | {summary['train_images_per_s']:.1f} train "
-        f"images/s ({summary['train_tflops']:.3f} TFLOP/s{mfu}) | {summary['run_dir']}"
-    )
+    print(done_line(summary))
     return 0
+
+
+def done_line(summary: RunSummary) -> str:
+    """The run's last line: its accuracy, time, speed and folder."""
+    if summary.protocol == "paper":
+        accuracy = f"best test acc {summary.best_test_acc:.4f} | final test acc {summary.final_test_acc:.4f}"
+    else:
+        accuracy = f"best val acc {summary.best_val_acc:.4f} | test acc {summary.test_acc:.4f}"
+    mfu = f", MFU {summary.mfu:.1%}" if summary.mfu is not None else ""
+    return (
+        f"done: {accuracy} | wall {summary.wall_time_s:.1f} s | {summary.train_images_per_s:.1f} train "
+        f"images/s ({summary.train_tflops:.3f} TFLOP/s{mfu}) | {summary.run_dir}"
+    )
 
 
 if __name__ == "__main__":

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 import sys
+from argparse import Namespace
 from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,70 +43,87 @@ from experiments.study_tables import ResultsTables
 from experiments.study_weights import carried_resume, carry, ship_run
 from sa_conv.analysis.curves import learning_curves, locality_by_layer
 from sa_conv.analysis.maps import figures_of, history_of, initial_of, layer_summary, lr_schedule_of
-from sa_conv.data.datamodule import data_difference
+from sa_conv.data.datamodule import CIFAR10DataModule
+from sa_conv.data.fingerprint import data_difference
 from sa_conv.models.weights import weights_dir
+from sa_conv.training.checkpoints import module_from_checkpoint
 from sa_conv.training.config import RunConfig, RunOptions, config_difference, flat_options
 from sa_conv.training.evaluation import correct_on_test
-from sa_conv.training.module import ImageClassifier
 from sa_conv.training.resume import find_resume
 from sa_conv.training.run import datamodule_for, train
-from sa_conv.utils.files import save_png, write_json
+from sa_conv.training.summary import RunSummary
+from sa_conv.utils.files import save_png
 from sa_conv.utils.safe_load import read_checkpoint
 
 
-def run_root(entry: Entry, seed: int, args: Any) -> Path:
+@dataclass(frozen=True, kw_only=True)
+class StudySettings:
+    """What every step of a study reads: its scale, its data, where results, figures and weights go."""
+
+    scale: str
+    data_dir: Path
+    synthetic: bool = False
+    synthetic_size: int = 512
+    out: Path = Path("results")
+    figures: Path = Path("figures")
+    weights: Path = field(default_factory=weights_dir)
+    no_figures: bool = False
+
+    def data(self, config: RunConfig) -> CIFAR10DataModule:
+        """The data module of one of the study's runs."""
+        return datamodule_for(
+            config, data_dir=self.data_dir, synthetic=self.synthetic, synthetic_size=self.synthetic_size
+        )
+
+
+def run_root(entry: Entry, seed: int, settings: StudySettings) -> Path:
     """The folder of one entry and seed's runs."""
-    return args.out / "runs" / args.scale / f"{entry.name}-seed{seed}"
+    return settings.out / "runs" / settings.scale / f"{entry.name}-seed{seed}"
 
 
-def finished(entry: Entry, seed: int, args: Any) -> dict[str, Any] | None:
-    """The metrics of the newest finished run of one entry and seed with the study's config, if any."""
-    config = entry_config(entry, args.scale, seed).to_dict()
-    root = run_root(entry, seed, args)
+def finished(entry: Entry, seed: int, settings: StudySettings) -> RunSummary | None:
+    """The summary of the newest finished run of one entry and seed with the study's config, if any."""
+    config = entry_config(entry, settings.scale, seed).to_dict()
+    root = run_root(entry, seed, settings)
     done = sorted(root.glob(f"{entry.model}/version_*/metrics.json"), key=lambda p: int(p.parent.name[8:]))
     for path in reversed(done):
-        metrics = json.loads(path.read_text())
-        if not config_difference(metrics["config"], config):
+        summary = RunSummary.read(path)
+        if not config_difference(summary.config, config):
             print(f"== {entry.name} seed {seed}: finished, {path.parent}", flush=True)
-            return with_test_correct(metrics, path, args)
+            return with_test_correct(summary, path, settings)
     return None
 
 
-def with_test_correct(metrics: dict[str, Any], path: Path, args: Any) -> dict[str, Any]:
-    """The run's metrics with its per-image test results (computed once from its best checkpoint, and
+def with_test_correct(summary: RunSummary, path: Path, settings: StudySettings) -> RunSummary:
+    """The run's summary with its per-image test results (computed once from its best checkpoint, and
     kept in its metrics.json, for runs written before they recorded them)."""
-    best = metrics.get("best_checkpoint") or str(Path(metrics["run_dir"]) / "checkpoints" / "last.ckpt")
-    if "test_correct" in metrics or not Path(best).is_file():
-        return metrics
-    module = ImageClassifier.from_checkpoint(best)
-    config = RunConfig.from_dict(metrics["config"])
-    data = datamodule_for(
-        config, data_dir=args.data_dir, synthetic=args.synthetic, synthetic_size=args.synthetic_size
-    )
-    trained_on = (metrics.get("data") or {}).get("fingerprint")
+    best = summary.best_checkpoint or str(Path(summary.run_dir) / "checkpoints" / "last.ckpt")
+    if summary.test_correct is not None or not Path(best).is_file():
+        return summary
+    module = module_from_checkpoint(best)
+    data = settings.data(RunConfig.from_dict(summary.config))
+    trained_on = (summary.data or {}).get("fingerprint")
     if trained_on is not None and data_difference(trained_on, data.fingerprint()):
         print(f"warning: {path.parent} trained on other data: no per-image results from it", file=sys.stderr)
-        return metrics
-    metrics["test_correct"] = correct_on_test(module.backbone, data, metrics.get("precision", "32-true"))
-    write_json(path, metrics)
-    return metrics
+        return summary
+    summary = replace(summary, test_correct=correct_on_test(module.backbone, data, summary.precision))
+    summary.write(path)
+    return summary
 
 
-def run_entry(entry: Entry, seed: int, args: Any) -> dict[str, Any]:
-    """Train (or resume, or read back) one run; returns its metrics."""
-    metrics = finished(entry, seed, args)
-    if metrics is not None:
-        return metrics
-    config = entry_config(entry, args.scale, seed)
-    root = run_root(entry, seed, args)
+def run_entry(entry: Entry, seed: int, settings: StudySettings) -> RunSummary:
+    """Train (or resume, or read back) one run; returns its summary."""
+    summary = finished(entry, seed, settings)
+    if summary is not None:
+        return summary
+    config = entry_config(entry, settings.scale, seed)
+    root = run_root(entry, seed, settings)
     resume = find_resume("auto", root, config, warn=lambda m: print(m, file=sys.stderr))
     if resume is None:  # a run another machine began and carried here
-        resume = carried_resume(args.scale, f"{entry.name}-seed{seed}", root, config, args.weights)
+        resume = carried_resume(settings.scale, f"{entry.name}-seed{seed}", root, config, settings.weights)
     print(f"== {entry.name} seed {seed}: {'resuming' if resume else 'training'}", flush=True)
     options = RunOptions(output_dir=root, progress="lines", figures_every=1000, snapshot_minutes=5)
-    data = datamodule_for(
-        config, data_dir=args.data_dir, synthetic=args.synthetic, synthetic_size=args.synthetic_size
-    )
+    data = settings.data(config)
 
     def newest() -> Path | None:
         found = find_resume("auto", root, config, warn=lambda _message: None)
@@ -114,36 +133,36 @@ def run_entry(entry: Entry, seed: int, args: Any) -> dict[str, Any]:
         batch_size=config.data.batch_size,
         what=f"training {entry.name} seed {seed}",
         lower="lower it in a run of its own (a study trains every model at its preset's batch): "
-        + alone_command(entry, seed, args),
+        + alone_command(entry, seed, settings),
         resume="run the same command again (the study resumes from {checkpoint})",
         checkpoint=newest,
     ):
         return train(config, datamodule=data, options=options, resume=resume)
 
 
-def alone_command(entry: Entry, seed: int, args: Any) -> str:
+def alone_command(entry: Entry, seed: int, settings: StudySettings) -> str:
     """The ``experiments.run`` command that trains one run of the study alone, at batch size ``{n}``."""
-    words = ["python -m experiments.run", entry.model, "--scale", args.scale, "--seed", str(seed)]
+    words = ["python -m experiments.run", entry.model, "--scale", settings.scale, "--seed", str(seed)]
     for name, value in flat_options(entry.overrides).items():
         if isinstance(value, bool):
             words.append(flag(name) if value else f"--no-{flag(name)[2:]}")
         elif name != "batch_size":
             shown = " ".join(map(str, value)) if isinstance(value, tuple | list) else value
             words += [flag(name), "none" if shown is None else str(shown)]
-    words += ["--synthetic"] if args.synthetic else ["--data-dir", str(args.data_dir)]
+    words += ["--synthetic"] if settings.synthetic else ["--data-dir", str(settings.data_dir)]
     return " ".join([*words, "--batch-size {n}"])
 
 
-def render_figures(metrics: dict[str, Any], prefix: str, args: Any) -> None:
+def render_figures(summary: RunSummary, prefix: str, settings: StudySettings) -> None:
     """Every attention figure of a finished run, from its last checkpoint and its own locality history."""
-    done = metrics["epochs_completed"] == metrics["config"]["epochs"]  # its last step ends the schedule
+    done = summary.epochs_completed == summary.config["epochs"]  # its last step ends the schedule
     draw_figures(
-        read_checkpoint(Path(metrics["run_dir"]) / "checkpoints" / "last.ckpt"),
-        metrics["config"],
+        read_checkpoint(Path(summary.run_dir) / "checkpoints" / "last.ckpt"),
+        summary.config,
         prefix,
-        args,
-        history=metrics.get("locality_history"),
-        total_steps=metrics["global_steps"] if done else None,
+        settings,
+        history=summary.locality_history,
+        total_steps=summary.global_steps if done else None,
     )
 
 
@@ -151,34 +170,30 @@ def draw_figures(
     ckpt: dict[str, Any],
     config: dict[str, Any],
     prefix: str,
-    args: Any,
+    settings: StudySettings,
     *,
     history: list[dict[str, Any]] | None,
     total_steps: int | None = None,
     title: str | None = None,
 ) -> None:
     """The attention figures of one (loaded) checkpoint, written as ``<figures>/<prefix>_<figure>.png``."""
-    backbone = ImageClassifier.from_checkpoint(ckpt).backbone.eval()
-    data = datamodule_for(
-        RunConfig.from_dict(config),
-        data_dir=args.data_dir,
-        synthetic=args.synthetic,
-        synthetic_size=args.synthetic_size,
-    )
-    images, _ = data.evaluation_images(100)
-    args.figures.mkdir(parents=True, exist_ok=True)
+    backbone = module_from_checkpoint(ckpt).backbone.eval()
+    images, _ = settings.data(RunConfig.from_dict(config)).evaluation_images(100)
+    settings.figures.mkdir(parents=True, exist_ok=True)
     lr = lr_schedule_of(ckpt, total_steps)
     for tag, value in figures_of(backbone, images, history=history, lr=lr, name=title or prefix):
         if not isinstance(value, float):
-            save_png(value, args.figures / f"{prefix}_{tag.split('/', 1)[1]}.png")
+            save_png(value, settings.figures / f"{prefix}_{tag.split('/', 1)[1]}.png")
 
 
-def in_progress(entry: Entry, seed: int, args: Any) -> tuple[dict[str, Any], dict[str, Any]] | None:
+def in_progress(
+    entry: Entry, seed: int, settings: StudySettings
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """An unfinished run at its newest checkpoint (epochs done, its last per-epoch accuracy, the locality
     of its last snapshot) and that checkpoint, or None when it has none: a state of training, not a result."""
-    config = entry_config(entry, args.scale, seed)
+    config = entry_config(entry, settings.scale, seed)
     resume = find_resume(
-        "auto", run_root(entry, seed, args), config, warn=lambda m: print(m, file=sys.stderr)
+        "auto", run_root(entry, seed, settings), config, warn=lambda m: print(m, file=sys.stderr)
     )
     if resume is None:
         return None
@@ -207,21 +222,21 @@ def report_unfinished(
     table: list[tuple[Entry, int]],
     order: list[tuple[Entry, int]],
     results: dict[tuple[str, int], Any],
-    args: Any,
+    settings: StudySettings,
 ) -> list[dict[str, Any]]:
     """Where every run of the study without a result stands, drawing the figures of those in ``order``
     (a run with a result, committed or read back, is never drawn over)."""
     states = []
     for entry, seed in table:
-        if (entry.name, seed) in results or (found := in_progress(entry, seed, args)) is None:
+        if (entry.name, seed) in results or (found := in_progress(entry, seed, settings)) is None:
             continue
         state, ckpt = found
         states.append(state)
-        if not args.no_figures and state["layers"] and (entry, seed) in order:
-            prefix = f"{args.scale}_{entry.name}-seed{seed}"
+        if not settings.no_figures and state["layers"] and (entry, seed) in order:
+            prefix = f"{settings.scale}_{entry.name}-seed{seed}"
             at = f"epoch {state['epochs_completed']} of {state['epochs']}, unfinished"
             history = state["locality_history"]
-            draw_figures(ckpt, state["config"], prefix, args, history=history, title=f"{prefix} ({at})")
+            draw_figures(ckpt, state["config"], prefix, settings, history=history, title=f"{prefix} ({at})")
     return states
 
 
@@ -229,13 +244,14 @@ def report_unfinished(
 RELATED_SCALES = {"small": ("small", "small6"), "small6": ("small6", "small")}
 
 
-def scale_figures(args: Any, unfinished: Sequence[dict[str, Any]] = ()) -> list[Path]:
+def scale_figures(settings: StudySettings, unfinished: Sequence[dict[str, Any]] = ()) -> list[Path]:
     """The figures across a scale's runs (and its related scales'), from the committed tables: locality
     layer by layer of every attention run, and the learning curves of every run that recorded them; the
     scale's unfinished runs beside them, labelled with the epoch they stand at."""
     rows = []
-    for scale in RELATED_SCALES.get(args.scale, (args.scale,)):
-        path = args.out / f"{scale}.json"
+    scale_now, figures = settings.scale, settings.figures
+    for scale in RELATED_SCALES.get(scale_now, (scale_now,)):
+        path = settings.out / f"{scale}.json"
         if path.is_file():
             rows += [(scale, row) for row in json.loads(path.read_text())]
     written = []
@@ -247,26 +263,27 @@ def scale_figures(args: Any, unfinished: Sequence[dict[str, Any]] = ()) -> list[
     attention = [{"label": label(sc, r), "layers": r["layers"]} for sc, r in rows if r.get("layers")]
     for u in (u for u in unfinished if u["layers"]):
         at = f"epoch {u['epochs_completed']}/{u['epochs']}, unfinished"
-        attention.append({"label": f"{u['name']} s{u['seed']} ({args.scale}, {at})", "layers": u["layers"]})
+        attention.append({"label": f"{u['name']} s{u['seed']} ({scale_now}, {at})", "layers": u["layers"]})
     if attention:
-        path = args.figures / f"{args.scale}_locality_by_layer.png"
+        path = figures / f"{scale_now}_locality_by_layer.png"
         save_png(
-            locality_by_layer(attention, title=f"locality layer by layer, {args.scale} and beside it"), path
+            locality_by_layer(attention, title=f"locality layer by layer, {scale_now} and beside it"), path
         )
         written.append(path)
     curves = [
         {"label": label(sc, r), "epochs": r["epochs_history"]} for sc, r in rows if r.get("epochs_history")
     ]
     if curves:
-        path = args.figures / f"{args.scale}_learning_curves.png"
+        path = figures / f"{scale_now}_learning_curves.png"
         save_png(
-            learning_curves(curves, title=f"validation accuracy per epoch, {args.scale} and beside it"), path
+            learning_curves(curves, title=f"validation accuracy per epoch, {scale_now} and beside it"), path
         )
         written.append(path)
     return written
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> ArgumentParser:
+    """The study's command line."""
     parser = ArgumentParser(prog="python -m experiments.study", description=__doc__.splitlines()[0])
     parser.add_argument("--scale", default="tiny", choices=SCALES)
     parser.add_argument(
@@ -297,11 +314,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="tables and figures of the finished runs, where the unfinished ones stand; train nothing",
     )
-    args = parser.parse_args(argv)
-    if args.data_dir is not None:
-        check_data_dir(args.data_dir)
-    else:
-        args.data_dir = DEFAULT_DATA_DIR
+    return parser
+
+
+def runs_asked(args: Namespace) -> tuple[list[Entry], list[tuple[Entry, int]]]:
+    """The entries ``--only`` names (every one without it) and the runs of them ``--seeds`` keeps."""
     entries = [e for e in STUDIES[args.scale] if not args.only or e.name in args.only]
     if args.only and len(entries) != len(set(args.only)):
         unknown = sorted(set(args.only) - {e.name for e in STUDIES[args.scale]})
@@ -310,37 +327,56 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds and (absent := sorted(set(args.seeds) - {s for e in entries for s in e.seeds})):
         have = "; ".join(f"{e.name}: {', '.join(map(str, e.seeds))}" for e in entries)
         raise UserError(f"--seeds: no run has seed {', '.join(map(str, absent))} (the seeds: {have})")
-    table = [(e, s) for e in STUDIES[args.scale] for s in e.seeds]  # the tables cover every entry
+    return entries, order
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.data_dir is not None:
+        check_data_dir(args.data_dir)
+    settings = StudySettings(
+        scale=args.scale,
+        data_dir=args.data_dir if args.data_dir is not None else DEFAULT_DATA_DIR,
+        synthetic=args.synthetic,
+        synthetic_size=args.synthetic_size,
+        out=args.out,
+        figures=args.figures,
+        weights=args.weights,
+        no_figures=args.no_figures,
+    )
+    entries, order = runs_asked(args)
+    scale = settings.scale
+    table = [(e, s) for e in STUDIES[scale] for s in e.seeds]  # the tables cover every entry
     # shared with every other study of this scale: each write merges its rows into the file's, locked
-    tables = ResultsTables.load(out=args.out, scale=args.scale, table=table)
+    tables = ResultsTables.load(out=settings.out, scale=scale, table=table)
     for entry, seed in table:  # entries left out by --only: their finished runs, read back
-        if entry not in entries and (metrics := finished(entry, seed, args)) is not None:
-            tables.add(entry, seed, metrics)
+        if entry not in entries and (summary := finished(entry, seed, settings)) is not None:
+            tables.add(entry, seed, summary)
 
     if args.carry:
         for entry, seed in order:
-            if finished(entry, seed, args) is None:
-                config = entry_config(entry, args.scale, seed)
-                resume = find_resume("auto", run_root(entry, seed, args), config, warn=lambda _m: None)
-                carry(args.scale, f"{entry.name}-seed{seed}", resume, args.weights)
+            if finished(entry, seed, settings) is None:
+                config = entry_config(entry, scale, seed)
+                resume = find_resume("auto", run_root(entry, seed, settings), config, warn=lambda _m: None)
+                carry(scale, f"{entry.name}-seed{seed}", resume, settings.weights)
         return 0
     for entry, seed in order:
-        metrics = finished(entry, seed, args) if args.report else run_entry(entry, seed, args)
-        if metrics is None:
+        found = finished(entry, seed, settings) if args.report else run_entry(entry, seed, settings)
+        if found is None:
             continue
-        tables.add(entry, seed, metrics)
+        tables.add(entry, seed, found)
         row = tables.rows[(entry.name, seed)]
-        ship_run(f"{args.scale}/{entry.name}-seed{seed}", metrics, row, args.weights)
-        if not args.no_figures and "layers" in metrics:
-            render_figures(metrics, f"{args.scale}_{entry.name}-seed{seed}", args)
+        ship_run(f"{scale}/{entry.name}-seed{seed}", found, row, settings.weights)
+        if not settings.no_figures and found.layers is not None:
+            render_figures(found, f"{scale}_{entry.name}-seed{seed}", settings)
         tables.write()  # the finished runs, and every run without a result yet
     unfinished: list[dict[str, Any]] = []  # the report's view of the runs still training
     if args.report:  # every run without a result: where it stands; the figures of those asked for
-        unfinished.extend(report_unfinished(table, order, tables.rows, args))
+        unfinished.extend(report_unfinished(table, order, tables.rows, settings))
     tables.write(unfinished)
-    if not args.no_figures:
-        scale_figures(args, unfinished)
-    print((args.out / f"{args.scale}.md").read_text())
+    if not settings.no_figures:
+        scale_figures(settings, unfinished)
+    print((settings.out / f"{scale}.md").read_text())
     return 0
 
 

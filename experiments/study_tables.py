@@ -20,6 +20,7 @@ from sa_conv.analysis.maps import initial_of, layer_summary
 from sa_conv.analysis.statistics import accuracy_stderr, mcnemar, paired_bootstrap
 from sa_conv.models import SAConfig
 from sa_conv.training.config import RunConfig
+from sa_conv.training.summary import RunSummary
 from sa_conv.utils.files import lock_file_of, locked, merge_rows, write_json, write_text
 
 __all__ = [
@@ -50,38 +51,40 @@ def locality_curve(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"step": s["step"], "layers": layer_summary(s, initial_of(history))} for s in history]
 
 
-def row_of(entry: Entry, seed: int, metrics: dict[str, Any]) -> dict[str, Any]:
+def row_of(entry: Entry, seed: int, summary: RunSummary) -> dict[str, Any]:
     """One row of the study's JSON."""
-    config = RunConfig.from_dict(metrics["config"])
-    history = metrics.get("locality_history") or []
+    config = RunConfig.from_dict(summary.config)
+    history = summary.locality_history or []
+    family = config.model_config if isinstance(config.model_config, SAConfig) else None
+    images_per_s = summary.train_images_per_s
     return {
         "name": entry.name,
         "model": entry.model,
         "seed": seed,
         "note": entry.note,
-        "protocol": metrics["protocol"],
-        "epochs": metrics["config"]["epochs"],
-        "layers_count": config.model_config.layers if isinstance(config.model_config, SAConfig) else None,
-        "heads": config.model_config.heads if isinstance(config.model_config, SAConfig) else None,
-        "precision": metrics.get("precision", "32-true"),
-        "bf16_products": metrics.get("bf16_products"),  # emulated on a CPU without native bf16
-        "params": metrics["params"],
+        "protocol": summary.protocol,
+        "epochs": config.epochs,
+        "layers_count": family.layers if family is not None else None,
+        "heads": family.heads if family is not None else None,
+        "precision": summary.precision,
+        "bf16_products": summary.bf16_products,  # emulated on a CPU without native bf16
+        "params": summary.params,
         **flops_of(config),
-        "test_acc": metrics["test_acc"],
-        "test_acc_stderr": accuracy_stderr(metrics["test_acc"], metrics["n_test_images"]),
-        "n_test_images": metrics["n_test_images"],
-        "best_val_acc": metrics.get("best_val_acc"),
+        "test_acc": summary.test_acc,
+        "test_acc_stderr": accuracy_stderr(summary.test_acc, summary.n_test_images),
+        "n_test_images": summary.n_test_images,
+        "best_val_acc": summary.best_val_acc,
         # the training steps' time over the whole run, resumes included (not the evaluation)
-        "train_time_s": metrics.get("train_step_seconds")
-        or metrics["n_train_images"] * metrics["epochs_completed"] / max(metrics["train_images_per_s"], 1e-9),
-        "train_images_per_s": metrics["train_images_per_s"],
+        "train_time_s": summary.train_step_seconds
+        or (summary.n_train_images or 0) * summary.epochs_completed / max(images_per_s, 1e-9),
+        "train_images_per_s": images_per_s,
         # recomputed from the run's own record, so that a summary added later applies to finished runs
         "layers": layer_summary(history[-1], initial_of(history)) if history else [],
         "locality_history": locality_curve(history),
-        "epochs_history": metrics.get("history", []),
-        "run_dir": metrics["run_dir"],
-        "hardware": _machine(metrics.get("hardware") or {}),
-        "test_correct": metrics.get("test_correct"),
+        "epochs_history": summary.history,
+        "run_dir": summary.run_dir,
+        "hardware": _machine(summary.hardware or {}),
+        "test_correct": summary.test_correct,
         "rechecked": True,
     }
 
@@ -160,9 +163,9 @@ class ResultsTables:
         """The scale's results JSON (its Markdown beside it, of the same stem)."""
         return self.out / f"{self.scale}.json"
 
-    def add(self, entry: Entry, seed: int, metrics: dict[str, Any]) -> None:
+    def add(self, entry: Entry, seed: int, summary: RunSummary) -> None:
         """The row of a run this process read back or trained (newer than the file's row of that run)."""
-        self.rows[(entry.name, seed)] = row_of(entry, seed, metrics)
+        self.rows[(entry.name, seed)] = row_of(entry, seed, summary)
         self.own.add((entry.name, seed))
 
     def write(self, unfinished: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
@@ -178,7 +181,7 @@ class ResultsTables:
             for stale in self.out.glob(f".{self.scale}.*.tmp"):  # a killed writer's (only we write now)
                 stale.unlink(missing_ok=True)
             write_json(self.json_path, rows)
-            md = markdown(rows, self, missing, unfinished)  # (it reads the scale off its second argument)
+            md = markdown(rows, self.scale, missing, unfinished)
             write_text(self.out / f"{self.scale}.md", md)
             self.seen = {key: json.loads(json.dumps(row)) for key, row in self.rows.items()}  # as the file
         return rows
@@ -186,14 +189,14 @@ class ResultsTables:
 
 def markdown(
     rows: list[dict[str, Any]],
-    args: Any,
+    scale: str,
     missing: Sequence[str] = (),
     unfinished: Sequence[dict[str, Any]] = (),
 ) -> str:
-    """The results table, the runs not finished (and where the unfinished ones stand), and the
+    """The results table of a scale, the runs not finished (and where the unfinished ones stand), and the
     per-layer locality table."""
-    base = preset("quadratic", args.scale)
-    command = f"python -m experiments.study --scale {args.scale} --data-dir DIR"
+    base = preset("quadratic", scale)
+    command = f"python -m experiments.study --scale {scale} --data-dir DIR"
     sa, data = base.model_config, base.data
     budget = (
         f"Budget, the same for every model unless noted: {base.epochs} epochs, batch {data.batch_size}, "
@@ -204,7 +207,7 @@ def markdown(
     machines = sorted({r.get("hardware") or "not recorded (rows marked *)" for r in rows})
     machine = f"Hardware: {'; '.join(machines) or '-'}; images/s as measured during each run."
     lines = [
-        f"# Study at `{args.scale}` scale",
+        f"# Study at `{scale}` scale",
         "",
         f"Command: `{command}`",
         "",

@@ -13,6 +13,7 @@ from sa_conv.models.weights import carried_checkpoint, manifest, ship
 from sa_conv.training.checkpoints import with_best
 from sa_conv.training.config import RunConfig, config_difference
 from sa_conv.training.resume import Resume, find_resume
+from sa_conv.training.summary import RunSummary
 from sa_conv.utils.files import atomic_write
 from sa_conv.utils.machine import source_commit
 from sa_conv.utils.safe_load import read_checkpoint
@@ -30,24 +31,22 @@ def carried_resume(scale: str, run: str, root: Path, config: RunConfig, weights:
     return find_resume(str(path), root, config)
 
 
-def ship_run(name: str, metrics: dict[str, Any], row: dict[str, Any], weights: Path) -> bool:
+def ship_run(name: str, summary: RunSummary, row: dict[str, Any], weights: Path) -> bool:
     """Ship a finished run's reported weights (its best checkpoint) as ``name`` unless the manifest
     already lists this run; drop its carried checkpoint. False where the checkpoint is not here."""
-    best = metrics.get("best_checkpoint")
+    best = summary.best_checkpoint
     shipped = manifest(weights).get(name)
     same = (
         shipped is not None
-        and shipped["test_acc"] == metrics["test_acc"]
-        and not config_difference(shipped["config"], metrics["config"])
+        and shipped["test_acc"] == summary.test_acc
+        and not config_difference(shipped["config"], summary.config)
     )
     if not same:
         if not best or not Path(best).is_file():
             return False
         ckpt = read_checkpoint(best)
-        commit = metrics.get("commit") or source_commit()
-        entry = ship(
-            name, ckpt, row=row, history=metrics.get("locality_history"), commit=commit, root=weights
-        )
+        commit = summary.commit or source_commit()
+        entry = ship(name, ckpt, row=row, history=summary.locality_history, commit=commit, root=weights)
         print(f"== {name}: weights shipped, {weights / entry['file']} ({entry['bytes'] / 2**20:.2f} MiB)")
     scale, run = name.split("/")
     carried_checkpoint(scale, run, weights).unlink(missing_ok=True)

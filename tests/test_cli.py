@@ -10,7 +10,7 @@ from cli_helpers import call, one_line_error
 
 from experiments import convert, evaluate, run
 from experiments.cli import main_guard
-from sa_conv.data.datamodule import DataConfig
+from sa_conv.data.config import DataConfig
 from sa_conv.models import MODELS
 from sa_conv.training.config import RunConfig, RunOptions
 from sa_conv.utils.schedule import OptimConfig

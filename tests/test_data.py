@@ -6,15 +6,13 @@ import torch
 from torchvision.io import encode_jpeg
 from torchvision.transforms.v2 import functional as TF
 
-from sa_conv.data.datamodule import (
-    CIFAR10_CLASSES,
-    CIFAR10DataModule,
-    DataConfig,
-    DataError,
-    load_image_folder,
-    load_torchvision,
-    random_crop_flip,
-)
+from sa_conv.data.augmentation import AugmentationRNG, random_crop_flip
+from sa_conv.data.batches import TensorImages
+from sa_conv.data.config import DataConfig
+from sa_conv.data.datamodule import CIFAR10DataModule
+from sa_conv.data.fingerprint import data_difference, fingerprint
+from sa_conv.data.sources import CIFAR10_CLASSES, DataError, load_image_folder, load_torchvision
+from sa_conv.data.split import held_out, split_indices, split_warning
 
 
 def data_module(**kwargs) -> CIFAR10DataModule:
@@ -186,3 +184,61 @@ def test_creating_a_loader_iterator_leaves_the_global_rng_alone():
     iter(dm.train_dataloader())
     iter(dm.val_dataloader())
     assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_the_split_holds_out_validation_images_by_the_seed():
+    config = DataConfig(val_size=30, train_subset=50)
+    train, val = split_indices(200, config, seed=1)
+    assert (len(train), len(val)) == (50, 30)
+    assert not set(train.tolist()) & set(val.tolist())
+    again, _ = split_indices(200, config, seed=1)
+    other, _ = split_indices(200, config, seed=2)
+    assert torch.equal(train, again) and not torch.equal(train, other)
+    assert len(split_indices(200, DataConfig(protocol="paper"), seed=1)[1]) == 0  # the paper: no hold-out
+    assert held_out(100, DataConfig(val_size=5000)) == 20  # at most a fifth
+    assert split_warning(100, DataConfig(val_size=5000)) == (
+        "warning: val_size 5000 is over a fifth of the 100 training images: 20 are held out for validation"
+    )
+    assert split_warning(100, DataConfig(val_size=20)) is None
+
+
+def test_the_augmentation_generator_resumes_its_draws():
+    rng = AugmentationRNG(7)
+    device, start = rng.state()
+    assert device == "cpu" and torch.equal(start, torch.Generator().manual_seed(7).get_state())
+    first = torch.rand(3, generator=rng.generator(torch.device("cpu")))
+    saved = rng.state()
+    expected = torch.rand(3, generator=rng.generator(torch.device("cpu")))
+    resumed = AugmentationRNG(7)
+    resumed.load(*saved)
+    assert torch.equal(resumed.state()[1], saved[1])  # before its first batch: the saved state
+    assert torch.equal(torch.rand(3, generator=resumed.generator(torch.device("cpu"))), expected)
+    assert not torch.equal(first, expected)
+    other_kind = AugmentationRNG(7)
+    other_kind.load("cuda", saved[1])  # saved on another kind of device: seeded again here
+    assert torch.equal(torch.rand(3, generator=other_kind.generator(torch.device("cpu"))), first)
+    dm = data_module(source="synthetic", synthetic_size=40)
+    dm.load_state_dict({"augment_rng": saved[1]})  # a checkpoint from before the device was recorded
+    assert dm.state_dict()["augment_device"] == "cpu" and torch.equal(
+        dm.state_dict()["augment_rng"], saved[1]
+    )
+
+
+def test_the_fingerprint_tells_other_data_from_the_same_data_moved():
+    images = torch.randint(0, 256, (6, 3, 32, 32), dtype=torch.uint8)
+    labels = torch.arange(6)
+    splits = {"train": TensorImages(images[:4], labels[:4]), "val": TensorImages(images[4:], labels[4:])}
+    splits["test"] = TensorImages(images[:2], labels[:2])
+    same = fingerprint({k: TensorImages(v.images.clone(), v.labels.clone()) for k, v in splits.items()})
+    assert fingerprint(splits) == same and {k: same[k] for k in ("train", "val", "test")} == {
+        "train": 4,
+        "val": 2,
+        "test": 2,
+    }
+    assert data_difference(fingerprint(splits), same) is None
+    relabelled = {**splits, "val": TensorImages(images[4:], labels[4:].flip(0))}
+    assert data_difference(fingerprint(splits), fingerprint(relabelled)).startswith(
+        "the same numbers of images, other images or labels (sha256 "
+    )
+    smaller = {**splits, "train": TensorImages(images[:3], labels[:3])}
+    assert data_difference(fingerprint(splits), fingerprint(smaller)) == "train 4 images (now: 3)"

@@ -16,7 +16,8 @@ from experiments import explore
 from experiments.cli import main_guard
 from sa_conv import __version__
 from sa_conv.analysis.explorer import explorer_data, quantize, write_explorer
-from sa_conv.data.datamodule import CIFAR10DataModule, DataConfig
+from sa_conv.data.config import DataConfig
+from sa_conv.data.datamodule import CIFAR10DataModule
 from sa_conv.nn.conversion import conv_to_attention
 from sa_conv.training.module import ImageClassifier
 

@@ -2,7 +2,8 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from sa_conv.data.datamodule import CIFAR10DataModule, DataConfig
+from sa_conv.data.config import DataConfig
+from sa_conv.data.datamodule import CIFAR10DataModule
 from sa_conv.models import MODELS
 from sa_conv.training.module import ImageClassifier
 from sa_conv.utils.schedule import OptimConfig, lr_factor
@@ -97,8 +98,8 @@ def test_nan_loss_stops_with_the_step():
     ("epochs", "max_steps", "limit"), [(3, -1, 1.0), (2, 5, 1.0), (4, -1, 2), (3, -1, 0.5)]
 )
 def test_total_steps_equals_lightnings_estimate(epochs, max_steps, limit):
-    module = ImageClassifier(model="resnet18", model_config={"width": 8})
     dm = CIFAR10DataModule(DataConfig(batch_size=32), source="synthetic", synthetic_size=200)
+    module = ImageClassifier(model="resnet18", model_config={"width": 8}, epoch_batches=dm.train_batches)
     trainer = pl.Trainer(max_epochs=epochs, max_steps=max_steps, limit_train_batches=limit, logger=False)
     trainer.strategy.connect(module)
     trainer._data_connector.attach_data(module, datamodule=dm)  # what fit() does first

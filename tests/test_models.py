@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from sa_conv.models import MODELS, SAClassifier, create_model
+from sa_conv.nn.surgery import prune_model_heads
 
 
 def n_params(model: torch.nn.Module) -> int:
@@ -163,7 +164,7 @@ def test_mixed_attention_is_not_position_blind():
 def test_pruned_model_rebuilds_from_its_config():
     model = create_model("gaussian", layers=2, hidden=16, heads=4, ffn=8).eval()
     images = torch.randn(2, 3, 32, 32)
-    model.prune_heads({0: [1], 1: [0, 3]})
+    prune_model_heads(model, {0: [1], 1: [0, 3]})
     assert model.config.layer_heads == (3, 2)
     twin = SAClassifier(model.config)
     twin.load_state_dict(model.state_dict())

@@ -121,6 +121,9 @@ def test_a_signal_saves_a_checkpoint_and_resumes_exactly(straight, tmp_path, mon
         got, _, err = call_run(argv, capsys)
     line = one_line_stop(got, err)
     assert got == code and f"{sig.name} at step 13" in line and "--resume" in line
+    # a Ctrl-C is acknowledged at once, with the step time measured so far (SIGTERM stops silently)
+    acknowledged = "stopping after this step, about 1 s; Ctrl-C again to abort without a checkpoint"
+    assert err.count(acknowledged) == (sig == signal.SIGINT)
     assert (tmp_path / "quadratic/version_0/checkpoints/interrupted.ckpt").is_file()
     counter = StepCounter()
     with_callback(monkeypatch, counter)

@@ -3,6 +3,7 @@ tables."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import multiprocessing
@@ -24,6 +25,7 @@ from experiments.study_tables import (
     seed_mean_lines,
 )
 from sa_conv.analysis.statistics import accuracy_stderr as standard_error
+from sa_conv.training.summary import RunSummary
 
 
 def test_standard_error_is_binomial() -> None:
@@ -115,31 +117,36 @@ def test_an_only_run_keeps_the_other_entries_finished_rows(
     done = {(e.name, s): i for i, (e, s) in enumerate((e, s) for e in entries for s in e.seeds)}
     only = entries[2].name
 
-    def metrics(entry: Entry, seed: int) -> dict[str, object]:
+    def metrics(entry: Entry, seed: int) -> RunSummary:
         i = done[(entry.name, seed)]
-        return {
-            "protocol": "clean",
-            "config": study.entry_config(entry, "small", seed).to_dict(),
-            "params": 1000 + i,
-            "test_acc": 0.5 + i / 100,
-            "n_test_images": 2000,
-            "train_images_per_s": 100.0,
-            "train_step_seconds": 60.0,
-            "run_dir": f"/runs/{entry.name}-{seed}",
-        }
+        return RunSummary.from_dict(
+            {
+                "protocol": "clean",
+                "model": entry.model,
+                "config": study.entry_config(entry, "small", seed).to_dict(),
+                "params": 1000 + i,
+                "test_acc": 0.5 + i / 100,
+                "n_test_images": 2000,
+                "epochs_completed": 15,
+                "global_steps": 1000,
+                "train_images_per_s": 100.0,
+                "train_step_seconds": 60.0,
+                "run_dir": f"/runs/{entry.name}-{seed}",
+            }
+        )
 
     unfinished = entries[-1].name  # another entry without a result: listed as not finished
 
-    def fake_finished(entry: Entry, seed: int, args: object) -> dict[str, object] | None:
+    def fake_finished(entry: Entry, seed: int, settings: object) -> RunSummary | None:
         if entry.name == unfinished or (entry.name == only and not report):  # only: yet to train
             return None
         return metrics(entry, seed)
 
     trained: list[tuple[str, int]] = []
 
-    def fake_run(entry: Entry, seed: int, args: object) -> dict[str, object]:
+    def fake_run(entry: Entry, seed: int, settings: object) -> RunSummary:
         trained.append((entry.name, seed))
-        return {**metrics(entry, seed), "test_acc": 0.99}
+        return dataclasses.replace(metrics(entry, seed), test_acc=0.99)
 
     monkeypatch.setattr(study, "finished", fake_finished)
     monkeypatch.setattr(study, "run_entry", fake_run)
@@ -223,11 +230,10 @@ def test_an_unfinished_run_is_reported_with_its_step_epochs_accuracy_and_localit
     assert progress_line(state) == expected
     early = {**state, "epochs_completed": 0, "epoch_acc": None, "layers": [], "snapshot_step": None}
     assert progress_line(early) == "- quadratic seed 1: step 4321, 0 of 15 epochs done"
-    args = type("Args", (), {"scale": "small6"})()
-    text = markdown([], args, ["quadratic seed 1"], [state])
+    text = markdown([], "small6", ["quadratic seed 1"], [state])
     assert "Not finished (no result yet): quadratic seed 1." in text
     assert expected in text.splitlines()
-    assert "Where the unfinished" not in markdown([], args, ["quadratic seed 1"])
+    assert "Where the unfinished" not in markdown([], "small6", ["quadratic seed 1"])
 
 
 def test_an_ordering_is_claimed_only_with_every_test_and_two_seeds_each() -> None:
@@ -271,22 +277,26 @@ def test_the_mean_over_seeds_averages_every_seed_per_layer() -> None:
     assert seed_mean_lines(rows[3:5]) == []  # no model with two seeds
     table = {"note": "", "params": 1, "train_flops_per_image": 1, "eval_flops_per_image": 1}
     table |= {"train_time_s": 60, "train_images_per_s": 1, "test_acc_stderr": 0.01}
-    args = type("Args", (), {"scale": "small6"})()
-    assert lines[-1] in markdown([{**table, **r} for r in rows], args).splitlines()
+    assert lines[-1] in markdown([{**table, **r} for r in rows], "small6").splitlines()
 
 
-def _fake_metrics(entry: Entry, seed: int, scale: str, acc: float) -> dict[str, object]:
+def _fake_metrics(entry: Entry, seed: int, scale: str, acc: float) -> RunSummary:
     """What a finished run's metrics.json holds, as far as the study's row needs it."""
-    return {
-        "protocol": "clean",
-        "config": study.entry_config(entry, scale, seed).to_dict(),
-        "params": 1000,
-        "test_acc": acc,
-        "n_test_images": 2000,
-        "train_images_per_s": 100.0,
-        "train_step_seconds": 60.0,
-        "run_dir": f"/runs/{entry.name}-{seed}",
-    }
+    return RunSummary.from_dict(
+        {
+            "protocol": "clean",
+            "model": entry.model,
+            "config": study.entry_config(entry, scale, seed).to_dict(),
+            "params": 1000,
+            "test_acc": acc,
+            "n_test_images": 2000,
+            "epochs_completed": 1,
+            "global_steps": 10,
+            "train_images_per_s": 100.0,
+            "train_step_seconds": 60.0,
+            "run_dir": f"/runs/{entry.name}-{seed}",
+        }
+    )
 
 
 def _exit_with(work, *args) -> None:
@@ -309,7 +319,7 @@ def test_two_studies_of_a_scale_at_once_keep_each_others_rows(
     ctx = multiprocessing.get_context("fork")
     both_started = ctx.Barrier(2)
 
-    def fake_run(entry: Entry, seed: int, args: object) -> dict[str, object]:
+    def fake_run(entry: Entry, seed: int, settings: object) -> RunSummary:
         if seed == 0:
             both_started.wait(timeout=60)
         return _fake_metrics(entry, seed, "small", 0.5 + seed / 10)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import matplotlib
 
@@ -150,6 +151,7 @@ def layer_heads(
             continue
         image = _cell(ax, maps[h], query, vmax=vmax)
         ax.set_title(head_title(h, float(maps[h].max())), fontsize=8)
+    assert image is not None  # at least one head
     fig.colorbar(image, ax=list(axes[:heads]), shrink=0.8, label="attention probability (one scale)")
     note = f"sharp: at least {SHARP_MASS:g} of the head's attention on one pixel (its peak, in the title)"
     fig.suptitle((f"{title}\n" if title else "") + f"{note}\n{CONTOUR_NOTE}", fontsize=9)
@@ -179,7 +181,8 @@ def attention_grid(
     blocks = np.atleast_1d(fig.subfigures(lr, lc, squeeze=False)).ravel()
     all_maps = [_query_maps(m, q, height, width) for m in maps]  # per layer (heads, H, W)
     vmax = max(max(float(m.max()) for m in all_maps), 1e-12)
-    image, cells = None, []
+    image: Any = None
+    cells: list[Any] = []
     for i, block in enumerate(blocks):
         if i >= layers:
             continue
@@ -194,6 +197,7 @@ def attention_grid(
             ax.set_title(f"{h + 1} ({peak_text(float(probs[h].max()))})", fontsize=6, pad=2)
             cells.append(ax)
         block.suptitle(f"layer {i + 1}", fontsize=9)
+    assert image is not None  # at least one layer
     fig.colorbar(image, ax=cells, shrink=0.8, label="attention probability (one scale)")
     fig.suptitle((f"{title}\n" if title else "") + "heads numbered (peak); " + CONTOUR_NOTE, fontsize=9)
     return fig
@@ -230,7 +234,8 @@ def _extent(centres: np.ndarray, inv_cov: np.ndarray | None, limit: float = 16.0
     if inv_cov is not None:
         vals = np.clip(np.linalg.eigvalsh(inv_cov)[..., 0], 1e-6, None)
         radius = mass_radius(0.9) / np.sqrt(vals)
-        reach = np.where(_uniform(inv_cov), np.abs(centres).max(-1), reach + radius)
+        uniform = np.linalg.eigvalsh(inv_cov)[..., -1] < 2 * UNIFORM_ALPHA  # as _uniform says
+        reach = np.where(uniform, np.abs(centres).max(-1), reach + radius)
     return float(np.clip(np.ceil(reach.max() + 0.5), 3.0, limit))
 
 

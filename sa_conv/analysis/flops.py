@@ -27,7 +27,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from sa_conv.models import ResNetConfig, SAConfig
 
-__all__ = ["Pass", "analytic_flops", "attention_path", "counted_flops"]
+__all__ = ["Pass", "analytic_flops", "attention_path", "counted_flops", "run_flops"]
 
 Pass = Literal["forward", "forward+backward"]
 _aten = torch.ops.aten
@@ -45,10 +45,21 @@ def _conv_backward(
     grad_out, x, weight, bias, stride, padding, dilation, transposed, *args: Any, out_shape: Any = None
 ) -> int:
     """Each requested gradient (input, weight) costs the forward's products: 2 out C_in/groups K^2."""
-    *_, output_mask = args  # output_padding, groups, output_mask
+    output_padding, groups, output_mask = args
     if transposed:
         return flop_counter.conv_backward_flop(
-            grad_out, x, weight, bias, stride, padding, dilation, transposed, *args, out_shape=out_shape
+            grad_out,
+            x,
+            weight,
+            bias,
+            stride,
+            padding,
+            dilation,
+            transposed,
+            output_padding,
+            groups,
+            output_mask,
+            out_shape=out_shape,
         )
     forward = 2 * math.prod(grad_out) * math.prod(weight[1:])  # weight: (C_out, C_in / groups, *K)
     return forward * (int(output_mask[0]) + int(output_mask[1]))
@@ -60,7 +71,7 @@ def _already_wrapped(formula: Any) -> Any:
     def wrapped(*args: Any, **kwargs: Any) -> int:
         return formula(*args, **kwargs)
 
-    wrapped._get_raw = True  # FlopCounterMode's own marker
+    wrapped._get_raw = True  # type: ignore[attr-defined]  # FlopCounterMode's own marker on a function
     return wrapped
 
 
@@ -96,6 +107,15 @@ def counted_flops(
         if passes == "forward+backward":
             logits.sum().backward()
     return counter.get_total_flops() / batch
+
+
+def run_flops(model: nn.Module, *, batch: int = 100) -> dict[str, float]:
+    """A run's FLOPs per image at its batch: ``train``, the trained path (forward + backward), and
+    ``eval``, evaluation (forward)."""
+    return {
+        "train": counted_flops(model, training=True, batch=batch),
+        "eval": counted_flops(model, training=False, passes="forward", batch=batch),
+    }
 
 
 def attention_path(config: SAConfig, *, training: bool) -> Literal["separable", "dense"]:

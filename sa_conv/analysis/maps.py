@@ -267,7 +267,8 @@ def lr_schedule_of(ckpt: dict[str, Any], total_steps: int | None = None) -> Call
     optim = hparams.get("optim") or {k: hparams[k] for k in legacy if k in hparams} or None
     if total is None or optim is None:
         return None
-    config = OptimConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in optim.items()})
+    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in optim.items()}
+    config = OptimConfig(**values)
     return lambda step: config.lr * lr_factor(step, total, config)
 
 

@@ -1,5 +1,5 @@
 """Batches: the images held in memory, fetched a whole batch at a time; the sampler and loader whose
-position resumes exactly (and is shared fairly between DDP ranks); the per-image random crop and flip."""
+position resumes exactly (and is shared fairly between DDP ranks)."""
 
 from __future__ import annotations
 
@@ -10,28 +10,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-__all__ = ["ResumableBatchSampler", "ResumableDataLoader", "TensorImages", "random_crop_flip", "whole_batch"]
-
-
-def random_crop_flip(images: Tensor, *, padding: int = 4, generator: torch.Generator | None = None) -> Tensor:
-    """Per-sample random crop (zero padding) and horizontal flip of a batch ``(B, C, H, W)``.
-
-    ``transforms.v2.RandomCrop`` draws one crop per call, i.e. one for the whole batch; this draws one
-    per image with tensor ops, on the batch's device.
-    """
-    b, _, h, w = images.shape
-    device = images.device
-    draw = generator.device if generator is not None else device  # random numbers where the generator lives
-    padded = torch.nn.functional.pad(images, (padding,) * 4)  # (B, C, H + 2p, W + 2p)
-    oy = torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=draw).to(device)
-    ox = torch.randint(0, 2 * padding + 1, (b,), generator=generator, device=draw).to(device)
-    flip = (torch.rand(b, generator=generator, device=draw) < 0.5).to(device)
-    rows = oy[:, None] + torch.arange(h, device=device)  # (B, H)
-    cols = ox[:, None] + torch.arange(w, device=device)  # (B, W)
-    cols = torch.where(flip[:, None], cols.flip(-1), cols)  # mirrored column order
-    batch = torch.arange(b, device=device)[:, None, None]
-    out = padded.permute(0, 2, 3, 1)[batch, rows[:, :, None], cols[:, None, :]]  # (B, H, W, C)
-    return out.permute(0, 3, 1, 2).contiguous()
+__all__ = ["ResumableBatchSampler", "ResumableDataLoader", "TensorImages", "resumable_loader", "whole_batch"]
 
 
 class TensorImages(Dataset):
@@ -112,13 +91,48 @@ class ResumableBatchSampler(Sampler[list[int]]):
 class ResumableDataLoader(DataLoader):
     """A DataLoader whose position Lightning saves in checkpoints (``state_dict``/``load_state_dict``)."""
 
+    @property
+    def position(self) -> ResumableBatchSampler:
+        """The batch sampler, which keeps the loader's position."""
+        sampler = self.batch_sampler
+        assert isinstance(sampler, ResumableBatchSampler), "a resumable loader has a resumable sampler"
+        return sampler
+
     def state_dict(self) -> dict[str, int]:
-        return self.batch_sampler.state_dict()
+        return self.position.state_dict()
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        self.batch_sampler.load_state_dict(state)
+        self.position.load_state_dict(state)
 
 
 def whole_batch(batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
     """collate_fn for ``TensorImages.__getitems__``: the batch is already stacked."""
     return batch
+
+
+def resumable_loader(
+    dataset: TensorImages,
+    batch_size: int,
+    *,
+    shuffle: bool,
+    seed: int,
+    rank: int = 0,
+    world_size: int = 1,
+    pin_memory: bool = False,
+) -> ResumableDataLoader:
+    """A loader of whole batches of this rank's share, whose position resumes exactly.
+
+    It has a generator of its own: creating an iterator would otherwise draw from the global RNG, between
+    the epoch-end checkpoint and the next step, and a resumed run's dropout would be one draw behind.
+    ``pin_memory`` (on CUDA): the copy to the device is then asynchronous (no host sync per step).
+    """
+    sampler = ResumableBatchSampler(
+        len(dataset), batch_size, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size
+    )
+    return ResumableDataLoader(
+        dataset,
+        batch_sampler=sampler,
+        collate_fn=whole_batch,  # type: ignore[arg-type]  # the dataset yields whole batches
+        generator=torch.Generator(),
+        pin_memory=pin_memory,
+    )

@@ -1,6 +1,13 @@
 """CIFAR-10 from its sources, decoded once into uint8 ``(N, 3, 32, 32)`` tensors and labels: torchvision's
 download, an ImageFolder tree ``<dir>/train/<class>/*``, ``<dir>/test/<class>/*``, or synthetic images
-(class templates plus noise, learnable) for tests and smoke runs. Errors name the file or folder."""
+(class templates plus noise, learnable) for tests and smoke runs. Errors name the file or folder.
+
+- ``"torchvision"``: ``torchvision.datasets.CIFAR10(root, download=True)``.
+- ``"folder"``: an ImageFolder tree ``<dir>/train/<class>/*``, ``<dir>/test/<class>/*``.
+- ``"synthetic"``: generated class templates plus noise (learnable), for tests and smoke runs.
+- ``"auto"``: ``"folder"`` when ``data_dir`` holds ``train/`` or ``test/``, else ``"torchvision"`` (which
+  downloads only into a missing or empty folder, or one that already holds torchvision's copy).
+"""
 
 from __future__ import annotations
 
@@ -16,11 +23,16 @@ from sa_conv.utils.files import new_folders_removed_on_error
 __all__ = [
     "CIFAR10_CLASSES",
     "IMAGE_SIZE",
+    "SOURCES",
     "DataError",
+    "Source",
     "Split",
     "check_download_target",
     "load_image_folder",
+    "load_split",
     "load_torchvision",
+    "prepare",
+    "resolve_source",
     "synthetic",
 ]
 
@@ -39,6 +51,8 @@ CIFAR10_CLASSES = (
 IMAGE_SIZE = 32
 
 Split = Literal["train", "test"]
+Source = Literal["auto", "torchvision", "folder", "synthetic"]
+SOURCES: tuple[str, ...] = ("auto", "torchvision", "folder", "synthetic")
 
 
 class DataError(RuntimeError):
@@ -125,3 +139,36 @@ def synthetic(n: int, *, seed: int, num_classes: int = 10) -> tuple[Tensor, Tens
     noise = torch.rand(n, 3, IMAGE_SIZE, IMAGE_SIZE, generator=g)
     images = (0.6 * templates[labels] + 0.4 * noise) * 255
     return images.round().to(torch.uint8), labels
+
+
+def resolve_source(source: str, data_dir: Path | None) -> str:
+    """The source a data folder is read from: ``auto`` resolved against ``data_dir``."""
+    if source != "auto":
+        return source
+    if data_dir is not None and any((data_dir / split).is_dir() for split in ("train", "test")):
+        return "folder"
+    return "torchvision"
+
+
+def load_split(
+    source: str, split: Split, *, data_dir: Path | None, synthetic_size: int, seed: int
+) -> tuple[Tensor, Tensor]:
+    """One split of a (resolved) source as uint8 ``(N, 3, 32, 32)`` and labels; the synthetic test split
+    is a quarter of its training images (at least 16), drawn from the next seed."""
+    if source == "synthetic":
+        n = synthetic_size if split == "train" else max(synthetic_size // 4, 16)
+        return synthetic(n, seed=seed + (split == "test"))
+    if data_dir is None:
+        raise DataError(f"source {source!r} needs a data_dir")
+    if source == "folder":
+        return load_image_folder(data_dir, split)
+    check_download_target(data_dir)
+    return load_torchvision(data_dir, split, download=True)
+
+
+def prepare(source: str, data_dir: Path | None) -> None:
+    """Download torchvision's CIFAR-10 where a (resolved) torchvision source will read it."""
+    if source == "torchvision" and data_dir is not None:
+        check_download_target(data_dir)
+        for split in ("train", "test"):
+            load_torchvision(data_dir, split, download=True)

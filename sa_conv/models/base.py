@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 from torch import Tensor, nn
+
+from sa_conv.nn.encodings import PositionalEncoding
 
 __all__ = ["Backbone"]
 
@@ -14,6 +17,8 @@ class Backbone(nn.Module):
 
     #: attention_maps, attention_layers and encodings say what the model attends to
     has_attention: ClassVar[bool] = False
+    #: the model's config object (its family's dataclass: ``SAConfig``, ``ResNetConfig``, ...)
+    config: Any
 
     def no_weight_decay(self) -> set[str]:
         """Names of the parameters exempt from weight decay (none by default)."""
@@ -28,10 +33,10 @@ class Backbone(nn.Module):
         """Attention probabilities of every layer, ``(B|1, heads, N, N)`` each."""
         raise ValueError(f"{type(self).__name__} has no attention layers")
 
-    def attention_layers(self) -> list[nn.Module]:
+    def attention_layers(self) -> Sequence[nn.Module]:
         """The attention layer of every block, in order (none by default)."""
         return []
 
-    def encodings(self) -> list[nn.Module | None]:
+    def encodings(self) -> list[PositionalEncoding | None]:
         """The positional encoding of every attention layer (none by default)."""
         return []

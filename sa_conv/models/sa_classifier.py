@@ -235,14 +235,18 @@ class SAClassifier(Backbone):
         """Attention probabilities of every layer, ``(B|1, heads, N, N)`` each, as the layer returns them."""
         maps = []
         x = self.tokens(images)
-        for block in self.blocks:
+        for block in self.sa_blocks():
             maps.append(block.attention.probabilities(x))  # what this layer attends to, given its input
             x = block(x)
         return maps
 
+    def sa_blocks(self) -> list[SABlock]:
+        """The blocks, in order (``self.blocks`` as the type checker cannot see it: a module list)."""
+        return [block for block in self.blocks if isinstance(block, SABlock)]
+
     def attention_layers(self) -> list[MultiHeadSelfAttention2d | MixedAttention2d]:
         """The attention layer of every block, in order."""
-        return [block.attention for block in self.blocks]
+        return [block.attention for block in self.sa_blocks()]
 
     @property
     def input_dependent(self) -> bool:
@@ -255,19 +259,9 @@ class SAClassifier(Backbone):
 
     def no_weight_decay(self) -> set[str]:
         """Names of the parameters the paper's code exempts from weight decay (centres and spreads)."""
-        names = set()
+        names: set[str] = set()
         for i, encoding in enumerate(self.encodings()):
             if encoding is not None and not encoding.weight_decay:
                 prefix = f"blocks.{i}.attention.encoding."
                 names.update(prefix + name for name, _ in encoding.named_parameters())
         return names
-
-    @torch.no_grad()
-    def prune_heads(self, heads: dict[int, list[int]]) -> None:
-        """Remove heads ``{layer index: [head indices]}`` from their layers (and the config)."""
-        counts = list(self.config.heads_per_layer)
-        for i, remove in heads.items():
-            if remove:
-                self.blocks[i].attention.prune_heads(remove)
-                counts[i] = self.blocks[i].attention.heads
-        self.config = dataclasses.replace(self.config, layer_heads=tuple(counts))

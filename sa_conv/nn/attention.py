@@ -40,7 +40,7 @@ returns the output, and ``logits`` / ``probabilities`` say what the heads attend
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -55,6 +55,7 @@ __all__ = ["IMPLS", "Impl", "MultiHeadSelfAttention2d"]
 
 Impl = Literal["auto", "reference", "shared", "separable", "sdpa", "tiled"]
 IMPLS: tuple[str, ...] = ("auto", "reference", "shared", "separable", "sdpa", "tiled")
+_T = TypeVar("_T")
 
 
 class MultiHeadSelfAttention2d(nn.Module):
@@ -100,7 +101,7 @@ class MultiHeadSelfAttention2d(nn.Module):
             raise ValueError(f"encoding has {encoding.heads} heads, the layer has heads={heads}")
         if not 0.0 <= attn_dropout < 1.0:
             raise ValueError(f"attn_dropout must be in [0, 1), got {attn_dropout}")
-        factory = {"device": device, "dtype": dtype}
+        factory: dict[str, Any] = {"device": device, "dtype": dtype}
         self.dim, self.heads = dim, heads
         self.out_dim = dim if out_dim is None else out_dim
         self.encoding = encoding
@@ -126,7 +127,7 @@ class MultiHeadSelfAttention2d(nn.Module):
             raise ValueError(f"impl must be one of {IMPLS}, got {value!r}")
         if value in ("shared", "separable") and self.input_dependent:
             raise ValueError(f"impl={value!r} needs input-independent attention (no content, no query term)")
-        if value == "separable" and not self.encoding.separable:
+        if value == "separable" and not _given(self.encoding).separable:
             raise ValueError(
                 f"impl='separable' needs a separable encoding, got {type(self.encoding).__name__}"
             )
@@ -157,7 +158,7 @@ class MultiHeadSelfAttention2d(nn.Module):
             return "tiled" if cpu and self.content and batch_free_bias and not dropout else "reference"
         if dropout:  # the paper's one mask per step on the batch-free probabilities
             return "shared"
-        return "separable" if self.encoding.separable else "shared"
+        return "separable" if _given(self.encoding).separable else "shared"
 
     def forward(self, x: Tensor) -> Tensor:
         """``x`` ``(B, H, W, dim)`` -> ``(B, H, W, out_dim)``."""
@@ -173,7 +174,8 @@ class MultiHeadSelfAttention2d(nn.Module):
         q, k = self._queries_keys(x)
         bias = self._bias(q, k, h, w, dtype)  # (1|B, heads, N, N) or None
         if not self.content:
-            return bias
+            return _given(bias)
+        q, k = _given(q), _given(k)
         with no_autocast(x.device):  # the logits in the softmax dtype
             logits = (q.to(dtype) / math.sqrt(self.dim)) @ k.to(dtype).transpose(-1, -2)  # (B, heads, N, N)
         return logits if bias is None else logits.add_(bias)  # in place: one pass over (B, heads, N, N)
@@ -222,10 +224,10 @@ class MultiHeadSelfAttention2d(nn.Module):
         with no_autocast(x.device):
             if self.content:
                 heads_out = F.scaled_dot_product_attention(
-                    q.to(dtype), k.to(dtype), v.to(dtype), attn_mask=bias, dropout_p=p
+                    _given(q).to(dtype), _given(k).to(dtype), v.to(dtype), attn_mask=bias, dropout_p=p
                 )
             else:  # no content logit: the bias alone
-                heads_out = F.dropout(bias.softmax(-1), p, self.training) @ v.to(dtype)
+                heads_out = F.dropout(_given(bias).softmax(-1), p, self.training) @ v.to(dtype)
         return self._project(heads_out.transpose(1, 2), h, w)
 
     def _tiled(self, x: Tensor) -> Tensor:
@@ -236,7 +238,7 @@ class MultiHeadSelfAttention2d(nn.Module):
         dtype = _softmax_dtype(x)
         q, k = self._queries_keys(x)
         bias = self._bias(q, k, h, w, dtype)  # (1|B, heads, N, N) or None
-        q, k = q.transpose(1, 2).to(dtype), k.transpose(1, 2).to(dtype)  # (B, N, heads, D), contiguous
+        q, k = _given(q).transpose(1, 2).to(dtype), _given(k).transpose(1, 2).to(dtype)  # (B, N, heads, D)
         heads_out = tiled_content_attention(q, k, x.reshape(b, h * w, d), bias, 1 / math.sqrt(self.dim))
         return self._project(heads_out, h, w)  # heads_out (B, N, heads, D)
 
@@ -244,30 +246,6 @@ class MultiHeadSelfAttention2d(nn.Module):
         """The heads ``(B, N, heads, D)`` concatenated and projected: ``(B, H, W, out_dim)``."""
         b, _, heads, d = heads_out.shape
         return self.proj(heads_out.reshape(b, h, w, heads * d))
-
-    @torch.no_grad()
-    def prune_heads(self, heads: list[int]) -> None:
-        """Remove ``heads`` (indices): their encoding parameters, projections and projection blocks."""
-        remove = set(heads)
-        if not remove <= set(range(self.heads)):
-            raise ValueError(f"heads to prune must be in 0..{self.heads - 1}, got {sorted(remove)}")
-        if len(remove) == self.heads:
-            raise ValueError(f"cannot prune all {self.heads} heads of a layer")
-        keep = torch.tensor([h for h in range(self.heads) if h not in remove])
-        d = self.dim
-        columns = (keep[:, None] * d + torch.arange(d)).flatten()  # the kept heads' blocks of heads * D
-        if self.encoding is not None:
-            self.encoding.select_heads(keep)
-        if self.query is not None:
-            self.query = _select_rows(self.query, columns)
-        if self.key is not None:
-            self.key = _select_rows(self.key, columns)
-        proj = nn.Linear(len(columns), self.out_dim, bias=self.proj.bias is not None)
-        proj = proj.to(self.proj.weight.device, self.proj.weight.dtype)
-        proj.weight.copy_(self.proj.weight[:, columns.to(proj.weight.device)])
-        if proj.bias is not None:
-            proj.bias.copy_(self.proj.bias)
-        self.proj, self.heads = proj, len(keep)
 
     # ------------------------------------------------------------------ internals
 
@@ -291,14 +269,14 @@ class MultiHeadSelfAttention2d(nn.Module):
     def _positional(self, h: int, w: int, device: torch.device, dtype: torch.dtype) -> Tensor:
         """The encoding's logits ``(heads, N, N)`` in ``dtype``, outside any autocast."""
         with no_autocast(device):
-            return self.encoding.logits(h, w).to(dtype)
+            return _given(self.encoding).logits(h, w).to(dtype)
 
     def _positional_axes(
         self, h: int, w: int, device: torch.device, dtype: torch.dtype
     ) -> tuple[Tensor, Tensor]:
         """The separable encoding's row and column logits in ``dtype``, outside any autocast."""
         with no_autocast(device):
-            row, col = self.encoding.axis_logits(h, w)
+            row, col = _given(self.encoding).axis_logits(h, w)
             return row.to(dtype), col.to(dtype)
 
     def _queries_keys(self, x: Tensor) -> tuple[Tensor | None, Tensor | None]:
@@ -309,15 +287,16 @@ class MultiHeadSelfAttention2d(nn.Module):
 
     def _bias(self, q: Tensor | None, k: Tensor | None, h: int, w: int, dtype: torch.dtype) -> Tensor | None:
         """Every logit term but content, in ``dtype``: positional (+ query / key terms); None if none."""
-        if self.encoding is None:
+        encoding = self.encoding
+        if encoding is None:
             return None
-        device = q.device if q is not None else k.device
+        device = q.device if q is not None else _given(k).device
         bias = self._positional(h, w, device, dtype).unsqueeze(0)  # (1, heads, N, N)
         with no_autocast(device):  # the logits in the softmax dtype
             if self.query_term:
-                bias = self.encoding.query_logits(q.to(dtype), h, w).add_(bias)  # (B, heads, N, N)
+                bias = encoding.query_logits(_given(q).to(dtype), h, w).add_(bias)  # (B, heads, N, N)
             if self.key_term:
-                bias = self.encoding.key_logits(k.to(dtype), h, w).add_(bias)
+                bias = encoding.key_logits(_given(k).to(dtype), h, w).add_(bias)
         return bias
 
     def _per_head(self, linear: nn.Linear, x: Tensor) -> Tensor:
@@ -349,12 +328,8 @@ def _softmax_dtype(x: Tensor) -> torch.dtype:
     return torch.promote_types(x.dtype, torch.float32)
 
 
-def _select_rows(linear: nn.Linear, rows: Tensor) -> nn.Linear:
-    """A copy of ``linear`` keeping only the output features ``rows``."""
-    out = nn.Linear(linear.in_features, len(rows), bias=linear.bias is not None)
-    out = out.to(linear.weight.device, linear.weight.dtype)
-    rows = rows.to(linear.weight.device)
-    out.weight.copy_(linear.weight[rows])
-    if out.bias is not None:
-        out.bias.copy_(linear.bias[rows])
-    return out
+def _given(value: _T | None) -> _T:
+    """``value``, which the layer's construction guarantees where this is called (an encoding without
+    content, queries and keys with content): said to the type checker, checked once here."""
+    assert value is not None, "a part the layer's configuration guarantees is missing"
+    return value

@@ -76,7 +76,9 @@ class ConvAsAttention(nn.Module):
     @property
     def centres(self) -> Tensor:
         """The heads' attention centres ``(heads, 2)`` as (dy, dx): the kernel taps' shifts."""
-        return self.attention.encoding.centres.detach()
+        encoding = self.attention.encoding
+        assert isinstance(encoding, QuadraticEncoding), "conv_to_attention builds a quadratic encoding"
+        return encoding.centres.detach()
 
     def forward(self, x: Tensor) -> Tensor:
         """``(N, C, L)`` or ``(N, C, H, W)`` -> the conv's output, through self-attention."""
@@ -210,7 +212,7 @@ def attention_to_conv(layer: MultiHeadSelfAttention2d) -> nn.Conv2d:
         for h, (dy, dx) in enumerate(taps.tolist()):
             weight[:, :, ry + dy, rx + dx] += proj.weight[:, h * d : (h + 1) * d]
         conv.weight.copy_(weight)
-        if proj.bias is not None:
+        if proj.bias is not None and conv.bias is not None:
             conv.bias.copy_(proj.bias)
     return conv
 
@@ -290,19 +292,23 @@ def local_attention_as_conv(
     if not enc.mask and size is None:
         raise ValueError("a clipped (mask=False) composite layer attends to the whole grid: pass size=(H, W)")
     heads, d, w = layer.heads, layer.dim, enc.window
-    k = 2 * w + 1 if enc.mask else 2 * max(size) - 1
+    k = 2 * w + 1 if enc.mask or size is None else 2 * max(size) - 1  # (size is given unless masked)
     r = k // 2
     taps = torch.arange(-r, r + 1).clamp(-w, w) + w  # tap offset -> clipped table row / column
     index = (taps[:, None] * (2 * w + 1) + taps[None, :]).flatten()  # (K*K,) row-major like unfold
     bias = enc.bias.flatten(1)[:, index] if enc.bias is not None else None  # (heads, K*K)
+    conv: LightweightConv2d | DynamicConv2d
     if enc.rel is None:
+        assert bias is not None, "a composite encoding without query terms has a positional table"
         conv = LightweightConv2d(heads * d, heads, k, renormalize=renormalize)
         with torch.no_grad():
             conv.weight.copy_(bias.view(heads, k, k))
     else:
         conv = DynamicConv2d(heads * d, heads, k, in_features=d, renormalize=renormalize)
-        wq = layer.query.weight.view(heads, d, d)  # (heads, D_q, D_in)
-        bq = layer.query.bias.view(heads, d)  # (heads, D_q)
+        query = layer.query
+        assert query is not None and query.bias is not None, "a query-dependent layer has its queries"
+        wq = query.weight.view(heads, d, d)  # (heads, D_q, D_in)
+        bq = query.bias.view(heads, d)  # (heads, D_q)
         rel = enc.rel.flatten(0, 1)[index]  # (K*K, D_q): w[clip(t)]
         with torch.no_grad():
             # predictor[h, t] = w_t^T W_q_h / sqrt(D), bias w_t . b_q_h / sqrt(D) (+ b_h[t])

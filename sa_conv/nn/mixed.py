@@ -62,7 +62,8 @@ class MixedAttention2d(nn.Module):
             with torch.no_grad():
                 self.key_depthwise.weight.normal_(0.0, init_std)
                 self.key_pointwise.weight.normal_(0.0, init_std)
-                self.key_pointwise.bias.zero_()
+                if self.key_pointwise.bias is not None:  # it has one (bias=True)
+                    self.key_pointwise.bias.zero_()
         # values of the conv heads and their dynamic kernels, predicted from Ks * Q
         self.conv_value = nn.Linear(dim, width)
         self.conv = DynamicConv2d(width, self.n, kernel_size)

@@ -1,10 +1,11 @@
 """Lightning callbacks: training progress (rate, ETA, per-epoch record) and the attention record
-(locality snapshots over training, figures in TensorBoard)."""
+(locality snapshots over training, figures in TensorBoard). Thin: each wires Lightning's hooks to a plain
+part (``sa_conv.utils.pace.Pace``, ``sa_conv.analysis.maps``), and is given at construction what it
+needs of the run (counts, the schedule, the images), never asking the module or the data what they are."""
 
 from __future__ import annotations
 
-import datetime
-import time
+from collections.abc import Callable
 from typing import Any
 
 import pytorch_lightning as pl
@@ -15,186 +16,164 @@ from pytorch_lightning.utilities import rank_zero_only
 from torch import Tensor
 
 from sa_conv.analysis.maps import figures_of, locality_snapshot
-from sa_conv.data.datamodule import CIFAR10DataModule
-from sa_conv.training.module import ImageClassifier
-from sa_conv.utils.schedule import lr_factor
+from sa_conv.models import Backbone
+from sa_conv.utils.pace import Pace, duration, eta
 
 __all__ = ["AttentionFigures", "TrainingProgress"]
-
-
-def _duration(seconds: float) -> str:
-    if seconds >= 2 * 86400:
-        return f"{seconds / 86400:.1f} days"
-    return str(datetime.timedelta(seconds=round(seconds)))
 
 
 class TrainingProgress(pl.Callback):
     """Training images per second (across resumes), the projected time of the whole run, and one
     record per epoch (train loss and accuracy, evaluation accuracy, learning rate, images/s).
 
-    The record's images/s is of the whole run; the printed speed and the projection are of this
-    process, once it has timed a step (a resumed run may sit on another machine, or beside other work).
-
-    Steady-state time without a host sync: the wall time between consecutive training batches of an
-    epoch (a device's queued work is paid for within a few steps), the first step of a process and the
-    evaluation loops left out. ``lines=True`` also prints each epoch's record as one plain line (for
-    logs that are not a terminal: nohup, SLURM).
+    The timing is ``pace``'s (``sa_conv.utils.pace.Pace``: steady state, the warm-up and evaluations
+    left out). The record's images/s is of the whole run; the printed speed and the projection are of
+    this process, once it has timed a step. ``total_steps``: the schedule's length (default: Lightning's
+    estimate). ``lines=True`` also prints each epoch's record as one plain line (for logs that are not a
+    terminal: nohup, SLURM).
     """
 
     def __init__(
-        self, *, lines: bool, slow_warning: float = 86400.0, slow_hint: str = "", log_every: int = 50
+        self,
+        *,
+        lines: bool,
+        pace: Pace | None = None,
+        total_steps: Callable[[], int] | None = None,
+        slow_warning: float = 86400.0,
+        slow_hint: str = "",
+        log_every: int = 50,
     ) -> None:
         self.lines, self.slow_warning, self.slow_hint = lines, slow_warning, slow_hint
         self.log_every = log_every  # steps between two per-step scalars in the logger (each a host sync)
-        self.images, self.steps, self.seconds = 0, 0, 0.0  # the whole run, across resumes
-        self._resumed_at = (0, 0, 0.0)  # the totals this process started from: what it timed is the rest
+        self.pace = pace or Pace()
+        self.total_steps = total_steps
+        self.warned = False  # the slow-run warning is said once
         self.history: list[dict[str, float]] = []
-        self._timed_here = 0  # steps timed by this process (the projection waits for a warm one)
-        self._last: float | None = None  # the end of the previous batch of this stretch of training
-        self._epoch_start = self._eval_start = self._eval_seconds = 0.0
 
     @property
     def images_per_second(self) -> float:
         """Training images per second of the whole run so far (0 before any step)."""
-        return self.images / self.seconds if self.seconds else 0.0
+        return self.pace.images_per_second
 
     @property
-    def current_images_per_second(self) -> float:
-        """Training images per second of this process (the whole run's before it timed a step)."""
-        images, _, seconds = self._timed_by_this_process()
-        return images / seconds if seconds else self.images_per_second
+    def seconds(self) -> float:
+        """Seconds of the whole run's timed training steps."""
+        return self.pace.seconds
 
-    def _timed_by_this_process(self) -> tuple[int, int, float]:
-        """Images, steps and seconds timed since this process started (or resumed) the run."""
-        images, steps, seconds = self._resumed_at
-        return self.images - images, self.steps - steps, self.seconds - seconds
-
-    def _say(self, trainer: pl.Trainer, message: str) -> None:
+    def say(self, trainer: pl.Trainer, message: str) -> None:
+        """Print a line above the progress bar (rank zero)."""
         bar = trainer.progress_bar_callback
         (bar.print if bar is not None and trainer.is_global_zero else rank_zero_only(print))(message)
 
-    def _eval_estimate(self, trainer: pl.Trainer) -> tuple[float, float]:
-        """Seconds of one epoch's evaluation and of the final test: measured once there was one, else
-        from the training rate (an evaluation image costs about a third of a training image)."""
-        measured = [h["eval_seconds"] for h in self.history if h.get("eval_seconds")]
-        datamodule = trainer.datamodule
-        rate = self.current_images_per_second
-        per_image = 1 / (3 * rate) if rate else 0.0
-        n_test = len(datamodule.test_set) if isinstance(datamodule, CIFAR10DataModule) else 0
-        n_eval = n_test
-        if isinstance(datamodule, CIFAR10DataModule) and datamodule.config.protocol == "clean":
-            n_eval = len(datamodule.val_set)
-        test = n_test * per_image if n_eval != n_test or not measured else 0.0
-        return (sum(measured) / len(measured) if measured else n_eval * per_image), test
+    def slow_line(self, remaining: float) -> str | None:
+        """The slow-run warning, once, when ``remaining`` seconds are over ``slow_warning`` (else None)."""
+        if remaining <= self.slow_warning or self.warned:
+            return None
+        self.warned = True
+        return f"warning: this run needs about {duration(remaining)} here. {self.slow_hint}"
 
-    def _remaining_seconds(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> float:
-        total = (
-            pl_module.total_steps()
-            if isinstance(pl_module, ImageClassifier)
-            else trainer.estimated_stepping_batches
-        )
-        _, steps, seconds = self._timed_by_this_process()
-        if not steps:  # nothing timed here yet: the whole run's pace
-            steps, seconds = self.steps, self.seconds
-        per_step = seconds / max(steps, 1)
-        evals, test = self._eval_estimate(trainer)
-        epochs_left = max((trainer.max_epochs or 0) - len(self.history), 0)
-        return max(total - trainer.global_step, 0) * per_step + epochs_left * evals + test
+    def projected(self, seconds: float, flop_rate: float) -> None:
+        """Print the run's projection from its counted FLOPs at ``flop_rate`` (before fitting: no progress
+        bar yet), and the slow-run warning where it applies."""
+        lines = [
+            f"projected from the counted FLOPs at this machine's matrix-product rate ({flop_rate / 1e9:.1f} "
+            f"GFLOP/s): at least {duration(seconds)} to the end of the run, evaluation included "
+            f"(ETA {eta(seconds)}); the measured speed follows after the first steps",
+            self.slow_line(seconds),
+        ]
+        print("\n".join(line for line in lines if line is not None), flush=True)
+
+    def remaining_seconds(self, trainer: pl.Trainer) -> float:
+        """Seconds to the end of the run, evaluation included."""
+        total = self.total_steps() if self.total_steps is not None else trainer.estimated_stepping_batches
+        measured = [h["eval_seconds"] for h in self.history if h.get("eval_seconds")]
+        epochs_left = (trainer.max_epochs or 0) - len(self.history)
+        steps_left = int(total) - trainer.global_step
+        return self.pace.remaining_seconds(steps_left=steps_left, epochs_left=epochs_left, measured=measured)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._epoch_start = time.perf_counter()  # a run resumed mid-epoch starts its epoch here
-        self._say(trainer, "training: the speed and the projected duration follow after the first steps")
+        self.pace.start_training()
+        self.say(trainer, "training: the measured speed and projected duration follow after the first steps")
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._epoch_start = time.perf_counter()
-        self._eval_seconds, self._last = 0.0, None
+        self.pace.start_epoch()
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._eval_start = time.perf_counter()
+        self.pace.start_eval()
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not trainer.sanity_checking:
-            self._eval_seconds += time.perf_counter() - self._eval_start
-        self._last = None  # the next training batch starts a new stretch
+        self.pace.end_eval(counted=not trainer.sanity_checking)
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        if self._last is None:
-            self._last = time.perf_counter()
+        self.pace.start_batch()
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        now = time.perf_counter()
-        elapsed, self._last = now - (self._last or now), now
-        self._timed_here += 1
-        if self._timed_here == 1:
-            return  # the first step of a process pays for warm-up; it would skew the projection
-        images = len(batch[1]) * trainer.world_size
-        self.seconds += elapsed
-        self.steps += 1
-        self.images += images
-        if self._timed_here == 3:
-            remaining = self._remaining_seconds(trainer, pl_module)
-            self._say(
+        self.pace.end_batch(len(batch[1]) * trainer.world_size)
+        if self.pace.timed_here == 3:  # two steps timed after the warm-up
+            remaining = self.remaining_seconds(trainer)
+            self.say(
                 trainer,
-                f"speed: {self.current_images_per_second:.1f} training images/s; projected time to the end "
-                f"of the run, evaluation included: {_duration(remaining)} (ETA {_eta(remaining)})",
+                f"speed: {self.pace.current_images_per_second:.1f} training images/s; projected time to the "
+                f"end of the run, evaluation included: {duration(remaining)} (ETA {eta(remaining)})",
             )
-            if remaining > self.slow_warning:
-                self._say(
-                    trainer, f"warning: this run needs about {_duration(remaining)} here. {self.slow_hint}"
-                )
+            slow = self.slow_line(remaining)
+            if slow is not None:
+                self.say(trainer, slow)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.images_per_second:
             pl_module.log("train/images_per_s", self.images_per_second, rank_zero_only=True)
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if v.numel() == 1}
-        eval_name = next((k for k in ("val/acc", "test/acc") if k in metrics), None)
+        row = self.record(trainer, metrics)
+        self.history.append(row)
+        if self.lines and trainer.is_global_zero:
+            print(self.line(trainer, row), flush=True)
+
+    def record(self, trainer: pl.Trainer, metrics: dict[str, float]) -> dict[str, float]:
+        """The epoch's record: its step, time, speed, training and evaluation metrics, learning rate."""
         row: dict[str, float] = {
             "epoch": trainer.current_epoch + 1,
             "step": trainer.global_step,
-            "epoch_seconds": time.perf_counter() - self._epoch_start,
-            "eval_seconds": self._eval_seconds,
+            "epoch_seconds": self.pace.epoch_seconds(),
+            "eval_seconds": self.pace.eval_seconds,
             "images_per_s": self.images_per_second,
         }
-        for key in ("train/loss", "train/acc"):
-            if key in metrics:
+        for key in ("train/loss", "train/acc", _eval_name(metrics)):
+            if key is not None and key in metrics:
                 row[key.replace("/", "_")] = metrics[key]
-        if eval_name is not None:
-            row[eval_name.replace("/", "_")] = metrics[eval_name]
-        optimizers = trainer.optimizers
-        if optimizers:
-            row["lr"] = optimizers[0].param_groups[0]["lr"]
-        self.history.append(row)
-        if self.lines and trainer.is_global_zero:
-            parts = [f"epoch {row['epoch']}/{trainer.max_epochs}", f"step {row['step']}"]
-            if "train_loss" in row:
-                parts.append(
-                    f"train loss {row['train_loss']:.4f} acc {row.get('train_acc', float('nan')):.4f}"
-                )
-            if eval_name is not None:
-                parts.append(f"{eval_name.split('/')[0]} acc {metrics[eval_name]:.4f}")
-            remaining = self._remaining_seconds(trainer, pl_module)
-            parts += [f"{self.current_images_per_second:.1f} images/s", f"ETA {_duration(remaining)}"]
-            print(" | ".join(parts), flush=True)
+        if trainer.optimizers:
+            row["lr"] = trainer.optimizers[0].param_groups[0]["lr"]
+        return row
+
+    def line(self, trainer: pl.Trainer, row: dict[str, float]) -> str:
+        """The epoch's record as one plain line, with the speed and the time left."""
+        parts = [f"epoch {row['epoch']}/{trainer.max_epochs}", f"step {row['step']}"]
+        if "train_loss" in row:
+            parts.append(f"train loss {row['train_loss']:.4f} acc {row.get('train_acc', float('nan')):.4f}")
+        for split in ("val", "test"):
+            if f"{split}_acc" in row:
+                parts.append(f"{split} acc {row[f'{split}_acc']:.4f}")
+                break
+        remaining = self.remaining_seconds(trainer)
+        parts += [f"{self.pace.current_images_per_second:.1f} images/s", f"ETA {duration(remaining)}"]
+        return " | ".join(parts)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"images": self.images, "steps": self.steps, "seconds": self.seconds, "history": self.history}
+        pace = self.pace
+        return {"images": pace.images, "steps": pace.steps, "seconds": pace.seconds, "history": self.history}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.images, self.steps, self.seconds = (
-            state_dict["images"],
-            state_dict["steps"],
-            state_dict["seconds"],
-        )
+        self.pace.resume(state_dict["images"], state_dict["steps"], state_dict["seconds"])
         self.history = list(state_dict["history"])
-        self._resumed_at = (self.images, self.steps, self.seconds)
 
 
-def _eta(seconds: float) -> str:
-    return (datetime.datetime.now() + datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M")
+def _eval_name(metrics: dict[str, float]) -> str | None:
+    """The evaluation's accuracy among an epoch's metrics: ``val/acc``, or ``test/acc`` (paper protocol)."""
+    return next((k for k in ("val/acc", "test/acc") if k in metrics), None)
 
 
 class AttentionFigures(pl.Callback):
@@ -205,13 +184,23 @@ class AttentionFigures(pl.Callback):
     (``figures_of``) every ``every_n_epochs`` validation epochs and at the end: ``attention/layer{i}``
     (one layer's heads), ``attention/grid`` (layers x heads), ``attention/centres`` (the paper's centre
     plot, Gaussian heads), ``attention/locality`` and ``attention/locality_over_training``, plus scalars
-    ``locality/layer{i}/...``. Content attention is averaged over ``images`` validation images. Rank
+    ``locality/layer{i}/...``. Content attention is averaged over ``images`` evaluation images. Rank
     zero only; nothing without a TensorBoard logger.
+
+    Args:
+        backbone: the trained model (the module's, trained in place).
+        image_source: the first ``n`` evaluation images, normalized (the run's: validation images, test
+            images under the paper's protocol); None: one blank image.
+        lr_schedule: the learning rate at each step once the schedule is known (the module's
+            ``lr_schedule``), drawn beside the locality; None: not drawn.
     """
 
     def __init__(
         self,
         *,
+        backbone: Backbone,
+        image_source: Callable[[int], Tensor] | None = None,
+        lr_schedule: Callable[[], Callable[[int], float] | None] | None = None,
         every_n_epochs: int = 5,
         history_every_n_steps: int | None = None,
         query: tuple[int, int] | None = None,
@@ -219,6 +208,7 @@ class AttentionFigures(pl.Callback):
     ) -> None:
         if every_n_epochs <= 0 or (history_every_n_steps is not None and history_every_n_steps <= 0):
             raise ValueError("every_n_epochs and history_every_n_steps must be positive")
+        self.backbone, self.image_source, self.lr_schedule = backbone, image_source, lr_schedule
         self.every_n_epochs, self.history_every_n_steps = every_n_epochs, history_every_n_steps
         self.query, self.images = query, images
         self.history: list[dict[str, Any]] = []
@@ -229,15 +219,12 @@ class AttentionFigures(pl.Callback):
                 return logger.experiment
         return None
 
-    def _images(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> Tensor:
-        """Validation images (test images under the paper's protocol); one for positional attention."""
-        datamodule = trainer.datamodule
-        if not isinstance(datamodule, CIFAR10DataModule):
+    def _images(self, pl_module: pl.LightningModule) -> Tensor:
+        """Evaluation images on the module's device; one for positional attention (any image does)."""
+        if self.image_source is None:
             return torch.zeros(1, 3, 32, 32, device=pl_module.device)
-        n = self.images if pl_module.backbone.input_dependent else 1  # positional attention: any image
-        split = "val" if datamodule.val_set is not None and len(datamodule.val_set) else "test"
-        images, _ = datamodule.evaluation_images(n, split=split)
-        return images.to(pl_module.device)
+        n = self.images if self.backbone.input_dependent else 1
+        return self.image_source(n).to(pl_module.device)
 
     @rank_zero_only
     def _record(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -245,7 +232,7 @@ class AttentionFigures(pl.Callback):
         if self.history and self.history[-1]["step"] == step:
             return
         with torch.no_grad():
-            self.history.append(locality_snapshot(pl_module.backbone, self._images(trainer, pl_module), step))
+            self.history.append(locality_snapshot(self.backbone, self._images(pl_module), step))
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._record(trainer, pl_module)
@@ -273,12 +260,9 @@ class AttentionFigures(pl.Callback):
         if writer is None:
             return
         step = trainer.global_step
-        images = self._images(trainer, pl_module)
-        lr = None
-        if isinstance(pl_module, ImageClassifier) and pl_module.total_steps_planned is not None:
-            optim, total = pl_module.optim, pl_module.total_steps_planned
-            lr = lambda s: optim.lr * lr_factor(s, total, optim)  # noqa: E731
-        figures = figures_of(pl_module.backbone, images, query=self.query, history=self.history, lr=lr)
+        images = self._images(pl_module)
+        lr = self.lr_schedule() if self.lr_schedule is not None else None
+        figures = figures_of(self.backbone, images, query=self.query, history=self.history, lr=lr)
         for tag, value in figures:
             if isinstance(value, Figure):
                 writer.add_figure(tag, value, global_step=step, close=True)

@@ -1,21 +1,24 @@
 """Checkpoints of a run: written atomically, read without running code (``sa_conv.utils.safe_load``),
 resumable exactly, also in another run folder (``sa_conv.training.resume`` finds the one to resume by
-config); and any trained model's record, from a checkpoint, a weights file or a shipped name."""
+config); any trained model's record, from a checkpoint, a weights file or a shipped name; and the
+LightningModule such a record rebuilds (``module_from_checkpoint``, checkpoints of every earlier layout)."""
 
 from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from sa_conv.models.weights import manifest, read_weights, shipped_file
+from sa_conv.training.module import ImageClassifier
 from sa_conv.utils.files import atomic_write, disk_full, free_bytes, human_size
 from sa_conv.utils.safe_load import CheckpointError, read_checkpoint
 
@@ -26,6 +29,7 @@ __all__ = [
     "ResumableRNG",
     "RunConfigRecord",
     "load_trained",
+    "module_from_checkpoint",
     "with_best",
 ]
 
@@ -76,11 +80,13 @@ class RelocatedResume(pl.Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
         carried = checkpoint.pop("carried_best", None)
-        callbacks = {cb.state_key: cb for cb in trainer.checkpoint_callbacks}
+        callbacks = {
+            cb.state_key: cb for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint)
+        }
         best_paths = set()
         for key, state in (checkpoint.get("callbacks") or {}).items():
             callback = callbacks.get(key)
-            if callback is None or not state.get("dirpath"):
+            if callback is None or callback.dirpath is None or not state.get("dirpath"):
                 continue
             if state["dirpath"] != callback.dirpath:
                 here = Path(callback.dirpath)
@@ -146,7 +152,8 @@ class InterruptCheckpoint(pl.Callback):
 def rng_states() -> dict[str, Any]:
     """The global RNG states: torch, this process's CUDA device (where it is in use), numpy, python; plain
     data and tensors (numpy's key array as an int64 tensor), which load without running code."""
-    name, keys, pos, has_gauss, cached = np.random.get_state()
+    numpy_state = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state(legacy=True))
+    name, keys, pos, has_gauss, cached = numpy_state
     states: dict[str, Any] = {
         "torch": torch.get_rng_state(),
         "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached),
@@ -205,3 +212,46 @@ def load_trained(spec: str | Path) -> dict[str, Any]:
     if not path.exists() and path.suffix != ".ckpt" and "/" in str(spec):
         return {**read_weights(shipped_file(str(spec))), "shipped": manifest()[str(spec)]}
     return read_checkpoint(path)
+
+
+# what checkpoints written before OptimConfig held: its fields flat among the hyper-parameters
+_LEGACY_OPTIM = ("lr", "momentum", "weight_decay", "schedule", "warmup", "milestones", "gamma")
+
+
+def module_from_checkpoint(record: str | Path | dict[str, Any]) -> ImageClassifier:
+    """The LightningModule a checkpoint (a path, or its already-read ``read_checkpoint`` dict) or a
+    trained model's record (``load_trained``) rebuilds, its weights loaded; ``CheckpointError`` for weights
+    that do not fit their model or hold NaN or infinity.
+
+    Records written before ``OptimConfig`` existed (the optimizer's fields flat among the
+    hyper-parameters) are migrated as they are read.
+    """
+    ckpt = record if isinstance(record, dict) else read_checkpoint(record)
+    hparams = dict(ckpt["hyper_parameters"])
+    if "optim" not in hparams:  # written before OptimConfig: the optimizer's fields were flat
+        hparams["optim"] = {k: hparams.pop(k) for k in _LEGACY_OPTIM if k in hparams}
+        hparams.pop("num_classes", None)  # the model config's own
+    try:
+        module = ImageClassifier(**hparams)
+        module.load_state_dict(ckpt["state_dict"])
+    except (ValueError, TypeError, RuntimeError) as err:
+        raise CheckpointError(
+            f"the checkpoint does not match its model {hparams['model']!r}: {_load_error(err)}"
+        ) from None
+    bad = [name for name, t in ckpt["state_dict"].items() if t.is_floating_point() and not t.isfinite().all()]
+    if bad:
+        raise CheckpointError(
+            f"the checkpoint's weights hold NaN or infinity ({len(bad)} tensors, first {bad[0]}): "
+            "a diverged run; use an earlier checkpoint"
+        )
+    return module
+
+
+def _load_error(err: BaseException) -> str:
+    """The gist of a ``load_state_dict`` error in one line: its first specific complaint, and how many."""
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):  # "Error(s) in loading state_dict for ...:" then details
+        detail = lines[1].rstrip(".")
+        more = f" (and {len(lines) - 2} more)" if len(lines) > 2 else ""
+        return (detail[:240] + "...") if len(detail) > 240 else detail + more
+    return lines[0] if lines else type(err).__name__

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import yaml
 
-from sa_conv.data.datamodule import DataConfig
+from sa_conv.data.config import DataConfig
 from sa_conv.models import MODELS, ResNetConfig, SAConfig, model_config
 from sa_conv.utils.config import config_from_dict, config_to_dict, field_types, option
 from sa_conv.utils.machine import PRECISIONS, check_devices

@@ -21,7 +21,7 @@ def evaluate(module: ImageClassifier, datamodule: CIFAR10DataModule, split: str 
         accelerator="auto", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False
     )
     run = trainer.test if split == "test" else trainer.validate
-    name = "test" if split == "test" else module.hparams.val_name
+    name = "test" if split == "test" else module.val_name
     return float(run(module, datamodule=datamodule, verbose=False)[0][f"{name}/acc"])
 
 

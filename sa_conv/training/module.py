@@ -2,41 +2,66 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
+from pytorch_lightning.utilities.types import OptimizerLRSchedulerConfig
 from torch import Tensor
 from torchmetrics.classification import MulticlassAccuracy
 
 from sa_conv import __version__, models
-from sa_conv.data.datamodule import CIFAR10DataModule
-from sa_conv.models import ResNetConfig, SAConfig
+from sa_conv.models import Backbone, ResNetConfig, SAConfig
 from sa_conv.utils.config import config_from_dict, config_to_dict
-from sa_conv.utils.safe_load import CheckpointError, read_checkpoint
-from sa_conv.utils.schedule import OptimConfig, lr_factor
+from sa_conv.utils.schedule import OptimConfig, lr_factor, schedule_length
 
-__all__ = ["ImageClassifier"]
-
-
-def _load_error(err: BaseException) -> str:
-    """The gist of a ``load_state_dict`` error in one line: its first specific complaint, and how many."""
-    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
-    if len(lines) > 1 and lines[0].endswith(":"):  # "Error(s) in loading state_dict for ...:" then details
-        detail = lines[1].rstrip(".")
-        more = f" (and {len(lines) - 2} more)" if len(lines) > 2 else ""
-        return (detail[:240] + "...") if len(detail) > 240 else detail + more
-    return lines[0] if lines else type(err).__name__
+__all__ = ["FirstNonFinite", "ImageClassifier", "weight_decay_groups"]
 
 
 FINITE_CHECK_EVERY = 50  # training steps between two checks of the loss (each one a host sync)
 
-# what checkpoints written before OptimConfig held: its fields flat among the hyper-parameters
-_LEGACY_OPTIM = ("lr", "momentum", "weight_decay", "schedule", "warmup", "milestones", "gamma")
+
+class FirstNonFinite:
+    """The step and value of the first non-finite training loss of this rank, kept on the device: the
+    training step adds no host sync; ``check`` (a sync) raises once there is one.
+
+    Not a buffer of the module: DDP would copy rank 0's over the others' at every forward.
+    """
+
+    def __init__(self) -> None:
+        self._record: Tensor | None = None  # (step, loss); step -1: none yet
+
+    def update(self, step: int, loss: Tensor) -> None:
+        """Record ``loss`` of ``step`` if it is the first non-finite one."""
+        if self._record is None or self._record.device != loss.device:
+            self._record = torch.tensor([-1.0, 0.0], device=loss.device)
+        first = (self._record[0] < 0) & ~torch.isfinite(loss.detach())
+        now = torch.stack([torch.full_like(self._record[0], step), loss.detach().float()])
+        self._record.copy_(torch.where(first, now, self._record))
+
+    def check(self) -> None:
+        """``FloatingPointError`` naming the step where the training loss first became NaN or inf."""
+        if self._record is None:
+            return
+        step, value = self._record.tolist()
+        if step >= 0:
+            raise FloatingPointError(f"training loss became {value} at step {int(step)}")
+
+
+def weight_decay_groups(backbone: Backbone, weight_decay: float) -> list[dict[str, Any]]:
+    """Two parameter groups: everything with ``weight_decay``, and the backbone's ``no_weight_decay()``
+    without (none where it exempts nothing)."""
+    exempt = backbone.no_weight_decay()
+    params = [(n, p) for n, p in backbone.named_parameters() if p.requires_grad]
+    decay = [p for n, p in params if n not in exempt]
+    no_decay = [p for n, p in params if n in exempt]
+    groups = [{"params": decay, "weight_decay": weight_decay, "name": "decay"}]
+    if no_decay:
+        groups.append({"params": no_decay, "weight_decay": 0.0, "name": "no_decay"})
+    return groups
 
 
 class ImageClassifier(pl.LightningModule):
@@ -49,6 +74,9 @@ class ImageClassifier(pl.LightningModule):
         optim: the optimizer and schedule (or its plain data).
         val_name: the validation loop's metric prefix: ``val`` for a held-out split, ``test`` when it runs
             on the test split every epoch (the paper's protocol).
+        epoch_batches: training batches of one epoch per rank, given the world size and Lightning's
+            ``limit_train_batches`` (the data module's ``train_batches``): the schedule's length without
+            building a loader (``total_steps``); None: Lightning's estimate.
 
     The hyper-parameters (what a checkpoint needs to rebuild the module) are plain data.
     """
@@ -60,59 +88,47 @@ class ImageClassifier(pl.LightningModule):
         model_config: SAConfig | ResNetConfig | Mapping[str, Any] | None = None,
         optim: OptimConfig | Mapping[str, Any] | None = None,
         val_name: str = "val",
+        epoch_batches: Callable[[int, int | float | None], int] | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(model_config, SAConfig | ResNetConfig):
-            model_config = models.model_config(model, **dict(model_config or {}))
-        if not isinstance(optim, OptimConfig):
-            optim = config_from_dict(OptimConfig, dict(optim or {}), what="the optimizer config")
-        self.model_config, self.optim = model_config, optim
+        family: SAConfig | ResNetConfig = (
+            model_config
+            if isinstance(model_config, SAConfig | ResNetConfig)
+            else models.model_config(model, **dict(model_config or {}))
+        )
+        settings: OptimConfig = (
+            optim
+            if isinstance(optim, OptimConfig)
+            else config_from_dict(OptimConfig, dict(optim or {}), what="the optimizer config")
+        )
+        self.model_config, self.optim, self.val_name = family, settings, val_name
+        self.epoch_batches = epoch_batches  # not a hyper-parameter: the data's, given by the run
         self.save_hyperparameters(
             {
                 "model": model,
-                "model_config": config_to_dict(model_config),
-                "optim": config_to_dict(optim),
+                "model_config": config_to_dict(family),
+                "optim": config_to_dict(settings),
                 "val_name": val_name,
             }
         )
-        self.backbone = models.MODELS[model].build(model_config)
-        classes = model_config.num_classes
+        self.backbone: Backbone = models.MODELS[model].build(family)
+        classes = family.num_classes
         # the training metric skips its input checks: they read values back to the host every step
         self.train_acc = MulticlassAccuracy(classes, average="micro", validate_args=False)
         self.val_acc = MulticlassAccuracy(classes, average="micro")
         self.test_acc = MulticlassAccuracy(classes, average="micro")
         self.total_steps_planned: int | None = None  # the schedule's length, once the optimizer is set up
-        # (step, loss) of the first non-finite training loss of this rank; step -1: none yet (not a buffer:
-        # DDP would copy rank 0's over the others' at every forward)
-        self._nonfinite: Tensor | None = None
+        self.nonfinite = FirstNonFinite()
 
     def forward(self, images: Tensor) -> Tensor:
         return self.backbone(images)
 
     @classmethod
     def from_checkpoint(cls, checkpoint: str | Path | dict[str, Any]) -> ImageClassifier:
-        """Rebuild the module from a checkpoint path, or from its already-read ``read_checkpoint`` dict."""
-        ckpt = checkpoint if isinstance(checkpoint, dict) else read_checkpoint(checkpoint)
-        hparams = dict(ckpt["hyper_parameters"])
-        if "optim" not in hparams:  # written before OptimConfig: the optimizer's fields were flat
-            hparams["optim"] = {k: hparams.pop(k) for k in _LEGACY_OPTIM if k in hparams}
-            hparams.pop("num_classes", None)  # the model config's own
-        try:
-            module = cls(**hparams)
-            module.load_state_dict(ckpt["state_dict"])
-        except (ValueError, TypeError, RuntimeError) as err:
-            raise CheckpointError(
-                f"the checkpoint does not match its model {hparams['model']!r}: {_load_error(err)}"
-            ) from None
-        bad = [
-            name for name, t in ckpt["state_dict"].items() if t.is_floating_point() and not t.isfinite().all()
-        ]
-        if bad:
-            raise CheckpointError(
-                f"the checkpoint's weights hold NaN or infinity ({len(bad)} tensors, first {bad[0]}): "
-                "a diverged run; use an earlier checkpoint"
-            )
-        return module
+        """``sa_conv.training.checkpoints.module_from_checkpoint`` (kept for the commands that call it)."""
+        from sa_conv.training.checkpoints import module_from_checkpoint  # that module imports this one
+
+        return module_from_checkpoint(checkpoint)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.check_finite()  # a state after a NaN loss is never saved: the last good checkpoint stays
@@ -136,12 +152,7 @@ class ImageClassifier(pl.LightningModule):
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         loss = self._step(batch, "train", "train")
-        # the first non-finite loss and its step, kept on the device: no host sync in the step
-        if self._nonfinite is None or self._nonfinite.device != loss.device:
-            self._nonfinite = torch.tensor([-1.0, 0.0], device=loss.device)
-        first = (self._nonfinite[0] < 0) & ~torch.isfinite(loss.detach())
-        record = torch.stack([torch.full_like(self._nonfinite[0], self.global_step), loss.detach().float()])
-        self._nonfinite.copy_(torch.where(first, record, self._nonfinite))
+        self.nonfinite.update(self.global_step, loss)
         if (self.global_step + 1) % FINITE_CHECK_EVERY == 0:
             self.check_finite()
         return loss
@@ -149,11 +160,7 @@ class ImageClassifier(pl.LightningModule):
     def check_finite(self) -> None:
         """``FloatingPointError`` naming the step where the training loss first became NaN or inf
         (a host sync: every ``FINITE_CHECK_EVERY`` steps, at epoch ends and before any checkpoint)."""
-        if self._nonfinite is None:
-            return
-        step, value = self._nonfinite.tolist()
-        if step >= 0:
-            raise FloatingPointError(f"training loss became {value} at step {int(step)}")
+        self.nonfinite.check()
 
     def on_train_epoch_end(self) -> None:
         self.check_finite()
@@ -162,46 +169,41 @@ class ImageClassifier(pl.LightningModule):
         self.check_finite()
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        self._step(batch, "val", self.hparams.val_name)
+        self._step(batch, "val", self.val_name)
 
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         self._step(batch, "test", "test")
 
     def parameter_groups(self) -> list[dict[str, Any]]:
         """Two groups: everything with weight decay, and the backbone's ``no_weight_decay()`` without."""
-        exempt = self.backbone.no_weight_decay()
-        params = [(n, p) for n, p in self.backbone.named_parameters() if p.requires_grad]
-        decay = [p for n, p in params if n not in exempt]
-        no_decay = [p for n, p in params if n in exempt]
-        groups = [{"params": decay, "weight_decay": self.optim.weight_decay, "name": "decay"}]
-        if no_decay:
-            groups.append({"params": no_decay, "weight_decay": 0.0, "name": "no_decay"})
-        return groups
+        return weight_decay_groups(self.backbone, self.optim.weight_decay)
 
     def total_steps(self) -> int:
         """Optimizer steps of the whole fit (the schedule's length).
 
-        The same number as ``trainer.estimated_stepping_batches``, which we do not call: it builds the
-        fit loop's training loader before a resumed checkpoint's loader position is restored, and that
-        loader then restarts its epoch from the first batch. Our data module counts its batches without
-        building a loader.
+        The same number as ``trainer.estimated_stepping_batches``, which we call only without
+        ``epoch_batches``: it builds the fit loop's training loader before a resumed checkpoint's loader
+        position is restored, and that loader then restarts its epoch from the first batch. The data
+        module counts its batches without building a loader.
         """
         trainer = self.trainer
-        datamodule = trainer.datamodule
-        if not isinstance(datamodule, CIFAR10DataModule):
+        if self.epoch_batches is None:
             return int(trainer.estimated_stepping_batches)
-        batches = datamodule.train_batches(trainer.world_size, trainer.limit_train_batches)
-        epochs = (
-            trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs >= 0 else math.inf
+        return schedule_length(
+            self.epoch_batches(trainer.world_size, trainer.limit_train_batches),
+            max_epochs=trainer.max_epochs,
+            max_steps=trainer.max_steps,
+            accumulate=trainer.accumulate_grad_batches,
         )
-        total = math.ceil(batches / trainer.accumulate_grad_batches) * epochs
-        if trainer.max_steps > 0:
-            total = min(total, trainer.max_steps)
-        if total == math.inf:
-            raise ValueError("the learning-rate schedule needs max_epochs or max_steps")
-        return max(int(total), 1)
 
-    def configure_optimizers(self) -> dict[str, Any]:
+    def lr_schedule(self) -> Callable[[int], float] | None:
+        """The learning rate at each step, once the schedule's length is known (None before)."""
+        optim, total = self.optim, self.total_steps_planned
+        if total is None:
+            return None
+        return lambda step: optim.lr * lr_factor(step, total, optim)
+
+    def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         optim = self.optim
         optimizer = torch.optim.SGD(self.parameter_groups(), lr=optim.lr, momentum=optim.momentum)
         total = self.total_steps_planned = self.total_steps()

@@ -6,22 +6,38 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from sa_conv.data.fingerprint import data_difference
+from sa_conv.training.checkpoints import module_from_checkpoint
 from sa_conv.training.config import RunConfig, config_difference
-from sa_conv.training.module import ImageClassifier
 from sa_conv.utils.safe_load import CheckpointError, read_checkpoint, run_config_of
 
-__all__ = ["Resume", "data_fingerprint_of", "find_resume"]
+__all__ = ["Resume", "check_same_data", "data_fingerprint_of", "find_resume"]
 
 
 class Resume(NamedTuple):
     """A checkpoint to resume, the version of its run folder (None: a checkpoint from elsewhere, whose
-    training continues in a new run folder), the config it was written with, and the fingerprint of the
-    data it trained on (None in checkpoints written before they recorded it)."""
+    training continues in a new run folder), the config it was written with, the fingerprint of the
+    data it trained on (None in checkpoints written before they recorded it), and its step."""
 
     path: Path
     version: int | None
     stored: dict[str, Any]
     data: dict[str, Any] | None = None
+    step: int = 0
+
+
+def check_same_data(resume: Resume | None, fingerprint: Callable[[], dict[str, Any]]) -> None:
+    """A resume on other data than the run trained on (``fingerprint``: of the data now, computed only
+    where there is one to compare) is refused with ``CheckpointError``; the same data moved elsewhere
+    is not."""
+    if resume is None or resume.data is None:  # checkpoints written before they recorded their data
+        return
+    differs = data_difference(resume.data, fingerprint())
+    if differs:
+        raise CheckpointError(
+            f"{resume.path} trained on other data: {differs}; resume it with the data it trained on "
+            "(--data-dir), or start a new run"
+        )
 
 
 def data_fingerprint_of(ckpt: dict[str, Any]) -> dict[str, Any] | None:
@@ -52,7 +68,7 @@ def _checked(path: Path, ckpt: dict[str, Any], wanted: dict[str, Any]) -> dict[s
         shown = "; ".join(differs[:4]) + (f"; and {len(differs) - 4} more" if len(differs) > 4 else "")
         raise CheckpointError(f"{path} is a run with other options: {shown}")
     try:
-        ImageClassifier.from_checkpoint(ckpt)
+        module_from_checkpoint(ckpt)
     except CheckpointError as err:
         raise CheckpointError(f"{path}: {err}") from None
     return stored
@@ -74,7 +90,8 @@ def find_resume(
         ckpt = read_checkpoint(path)
         stored = _checked(path, ckpt, wanted)
         inside = (root / config.model).resolve() in path.resolve().parents
-        return Resume(path, version_of(path) if inside else None, stored, data_fingerprint_of(ckpt))
+        version = version_of(path) if inside else None
+        return Resume(path, version, stored, data_fingerprint_of(ckpt), ckpt.get("global_step", 0))
     runs = sorted(
         (root / config.model).glob("version_*"),
         key=lambda p: version_of(p / "checkpoints") or -1,
@@ -93,7 +110,9 @@ def find_resume(
             except CheckpointError as err:
                 mismatch = mismatch or err
                 break  # this run has another config: look at older runs
-            return Resume(path, version_of(path), stored, data_fingerprint_of(ckpt))
+            return Resume(
+                path, version_of(path), stored, data_fingerprint_of(ckpt), ckpt.get("global_step", 0)
+            )
     if spec == "auto":
         return None
     if mismatch is not None:

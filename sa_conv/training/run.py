@@ -2,9 +2,9 @@
 
 ``train(config, datamodule=..., options=...)`` writes ``<output_dir>/<model>/version_N/``: ``config.yaml``
 (the resolved ``RunConfig``, reusable to repeat the run), TensorBoard events, ``checkpoints/`` and
-``metrics.json``. It reads top to bottom in named steps: settle the precision and build the module,
-then the callbacks, the trainer, fit, test, and the summary. (About 430 lines: the steps stay in one
-module so that the run reads in one place, in order.)
+``metrics.json`` (``sa_conv.training.summary.RunSummary``). It reads top to bottom in named steps: settle
+the precision and build the module, then the callbacks, the trainer, the projection, fit, test, and the
+summary (what the run leaves behind is ``sa_conv.training.summary``'s).
 """
 
 from __future__ import annotations
@@ -21,14 +21,12 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
-from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from sa_conv import __version__
-from sa_conv.analysis.explorer import explorer_data, write_explorer
-from sa_conv.analysis.flops import counted_flops
-from sa_conv.analysis.maps import initial_of, layer_summary
-from sa_conv.data.datamodule import CIFAR10DataModule, data_difference
+from sa_conv.analysis.flops import run_flops
+from sa_conv.data.datamodule import CIFAR10DataModule
+from sa_conv.data.sources import Source
 from sa_conv.training.callbacks import AttentionFigures, TrainingProgress
 from sa_conv.training.checkpoints import (
     AtomicCheckpointIO,
@@ -38,28 +36,38 @@ from sa_conv.training.checkpoints import (
     RunConfigRecord,
 )
 from sa_conv.training.config import RunConfig, RunOptions, dump_config
-from sa_conv.training.evaluation import correct_on_test
 from sa_conv.training.module import ImageClassifier
-from sa_conv.training.precision import (
-    bf16_emulated,
-    flush_denormals,
-    precision_plugin,
-    settle_precision,
-    warn_slow_bf16,
+from sa_conv.training.precision import flush_denormals, precision_plugin, settle_precision, warn_slow_bf16
+from sa_conv.training.resume import Resume, check_same_data
+from sa_conv.training.signals import (
+    RankRecord,
+    RunInterruptedError,
+    ddp_aware_strategy,
+    peer_lost,
+    sigint_as_sigterm,
+    stopping_line,
 )
-from sa_conv.training.resume import Resume
-from sa_conv.training.signals import RankRecord, RunInterruptedError, peer_lost, sigint_as_sigterm
+from sa_conv.training.summary import (
+    Measured,
+    ReportedAccuracy,
+    RunSummary,
+    reported_correct,
+    summarize,
+    write_run_explorer,
+)
 from sa_conv.utils.allocator import keep_freed_memory
 from sa_conv.utils.files import (
     DiskFullError,
     disk_full,
     is_disk_full,
     new_folders_removed_on_error,
-    write_json,
+    prepare_output_dir,
     write_text,
 )
-from sa_conv.utils.machine import hardware, peak_flops, source_commit
-from sa_conv.utils.safe_load import CheckpointError, read_checkpoint, safe_globals
+from sa_conv.utils.machine import matmul_flops_per_s, source_commit
+from sa_conv.utils.pace import Pace, flop_projection
+from sa_conv.utils.safe_load import safe_globals
+from sa_conv.utils.schedule import schedule_length
 
 __all__ = ["datamodule_for", "module_for", "train"]
 
@@ -76,7 +84,7 @@ def datamodule_for(
     config: RunConfig, *, data_dir: Path | None, synthetic: bool = False, synthetic_size: int = 512
 ) -> CIFAR10DataModule:
     """The DataModule of a run: its data part over the given data, split by the run's seed."""
-    source = "synthetic" if synthetic else "auto"
+    source: Source = "synthetic" if synthetic else "auto"
     return CIFAR10DataModule(
         config.data, data_dir=data_dir, source=source, synthetic_size=synthetic_size, seed=config.seed
     )
@@ -102,7 +110,7 @@ def train(
     resume: Resume | None = None,
     module: ImageClassifier | None = None,
     slow_hint: str = "",
-) -> dict[str, Any]:
+) -> RunSummary:
     """Train (or resume) one run; returns the summary also written to ``metrics.json``.
 
     ``module``: start from these weights instead of fresh ones (fine-tuning). Raises ``RunInterruptedError``
@@ -110,9 +118,10 @@ def train(
     good checkpoint is kept), ``DataError`` / ``CheckpointError`` / ``ValueError`` on bad input; a run
     that fails before writing a file leaves no new empty folder behind.
     """
+    # about 70 lines: the run's steps, in order, read top to bottom in one place
     with new_folders_removed_on_error(options.output_dir):
-        _check_output_dir(options.output_dir)
-        _check_same_data(resume, datamodule)
+        prepare_output_dir(options.output_dir)
+        check_same_data(resume, datamodule.fingerprint)
         config = settle_precision(config, options.accelerator, resume.stored if resume else None)
         warn_slow_bf16(config, options.accelerator)
         flush_denormals()
@@ -123,72 +132,41 @@ def train(
             keep_freed_memory()
         pl.seed_everything(config.seed, workers=True, verbose=False)
         module = module if module is not None else module_for(config)
-        flops = _flops(module, config)
+        module.epoch_batches = datamodule.train_batches  # the schedule's length, without a loader
+        flops = run_flops(module.backbone, batch=config.data.batch_size)
         if options.compile:  # on every rank; in place: parameter names (and checkpoints) stay the same
             module.backbone.compile()
         logger = _logger(config, options, resume)
         run_dir = Path(logger.log_dir)
         callbacks = _callbacks(config, options, run_dir, datamodule, module, slow_hint)
         trainer = _trainer(config, options, logger, callbacks, run_dir)
-        _announce(trainer, config, options, module, run_dir, resume, flops)
+        _announce(trainer, config, options, module, datamodule, run_dir, resume, flops, callbacks.progress)
         wall = _fit(trainer, module, datamodule, resume, run_dir, callbacks)
-        # taken now: testing a checkpoint restores the callbacks' states of that checkpoint
-        history = list(callbacks.progress.history)
-        snapshots = list(callbacks.figures.history) if callbacks.figures is not None else []
-        rate = callbacks.progress.images_per_second
-        steps_seconds = callbacks.progress.seconds
-        test = _test(trainer, module, datamodule, config, callbacks, run_dir, history)
+        # read now: testing a checkpoint restores the callbacks' states of that checkpoint
+        measured = Measured.of(callbacks.progress, callbacks.figures, wall_time_s=wall)
+        accuracy = _test(trainer, module, datamodule, config, callbacks, run_dir, measured.history)
+        correct = None
         if trainer.is_global_zero:  # which test images the reported model gets right (paired tests)
-            test["test_correct"] = _test_correct(trainer, callbacks, module, datamodule, config)
-        summary = {
-            **_summary(trainer, config, datamodule, module, run_dir, flops, wall, rate, steps_seconds),
-            **test,
-            "history": history,
-            "best_checkpoint": _best_path(callbacks, options),
-            "commit": commit,
-        }
-        if snapshots:
-            summary["layers"] = layer_summary(snapshots[-1], initial_of(snapshots))
-            summary["locality_history"] = snapshots
+            best, device = callbacks.best.best_model_path or None, trainer.strategy.root_device
+            correct = reported_correct(best, module, datamodule, config.precision, device)
+        summary = summarize(
+            trainer,
+            config,
+            datamodule,
+            module,
+            run_dir=run_dir,
+            flops=flops,
+            measured=measured,
+            accuracy=accuracy,
+            test_correct=correct,
+            best_checkpoint=None if options.fast_dev_run else callbacks.best.best_model_path or None,
+            commit=commit,
+        )
         if trainer.is_global_zero and not options.fast_dev_run:
-            write_json(run_dir / "metrics.json", summary)
+            summary.write(run_dir / "metrics.json")
             if options.explore and module.backbone.has_attention:
                 write_run_explorer(run_dir, datamodule, summary)
         return summary
-
-
-def _check_output_dir(path: Path) -> None:
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"output directory {path} is a file, not a directory")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".sa-conv-write-test-{time.time_ns()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        raise ValueError(f"output directory {path} is not writable ({err.strerror or err})") from None
-
-
-def _check_same_data(resume: Resume | None, datamodule: CIFAR10DataModule) -> None:
-    """A resume on other data than the run trained on is refused (the same data moved elsewhere is not)."""
-    if resume is None or resume.data is None:  # checkpoints written before they recorded their data
-        return
-    differs = data_difference(resume.data, datamodule.fingerprint())
-    if differs:
-        raise CheckpointError(
-            f"{resume.path} trained on other data: {differs}; resume it with the data it trained on "
-            "(--data-dir), or start a new run"
-        )
-
-
-def _flops(module: ImageClassifier, config: RunConfig) -> dict[str, float]:
-    """FLOPs per image of the trained path (forward + backward) and of evaluation (forward)."""
-    batch = config.data.batch_size
-    train_flops = counted_flops(module.backbone, training=True, batch=batch)
-    return {
-        "train": train_flops,
-        "eval": counted_flops(module.backbone, training=False, passes="forward", batch=batch),
-    }
 
 
 def _callbacks(
@@ -201,7 +179,7 @@ def _callbacks(
 ) -> _Callbacks:
     """Checkpoints (best, last, snapshots, interrupt), progress, RNG and config records, attention record."""
     ckpt_dir = run_dir / "checkpoints"
-    eval_name = module.hparams.val_name
+    eval_name = module.val_name
     world_size = options.devices if isinstance(options.devices, int) else 1
     steps = datamodule.train_batches(world_size, config.limit_train_batches)
     # at epoch ends after every epoch-end hook has run (save_on_train_epoch_end): they resume exactly
@@ -221,12 +199,25 @@ def _callbacks(
     if options.checkpoint_every:
         latest.append(_latest(ckpt_dir, "step", every_n_train_steps=options.checkpoint_every))
     lines = options.progress == "lines" or (options.progress == "auto" and not sys.stdout.isatty())
-    progress = TrainingProgress(lines=lines, slow_hint=slow_hint, log_every=min(50, max(1, steps // 10)))
+    evaluated = len(datamodule.split(datamodule.evaluated_split()))
+    progress = TrainingProgress(
+        lines=lines,
+        pace=Pace(eval_images=evaluated, test_images=len(datamodule.split("test"))),
+        total_steps=module.total_steps,
+        slow_hint=slow_hint,
+        log_every=min(50, max(1, steps // 10)),
+    )
     figures = None
     if options.figures_every is not None and module.backbone.has_attention:
-        # locality snapshots about 40 times over the run
-        every = options.history_every or max(1, round(config.epochs * steps / 40))
-        figures = AttentionFigures(every_n_epochs=options.figures_every, history_every_n_steps=every)
+        split = "val" if len(datamodule.split("val")) else "test"  # test images under the paper's protocol
+        figures = AttentionFigures(
+            backbone=module.backbone,
+            image_source=lambda n: datamodule.evaluation_images(n, split=split)[0],
+            lr_schedule=module.lr_schedule,
+            every_n_epochs=options.figures_every,
+            # locality snapshots about 40 times over the run
+            history_every_n_steps=options.history_every or max(1, round(config.epochs * steps / 40)),
+        )
     ranks = RankRecord(options.output_dir / ".ranks")
     extra = [LearningRateMonitor(logging_interval="step"), progress, ResumableRNG(), RelocatedResume(), ranks]
     extra.append(RunConfigRecord(config.to_dict()))
@@ -252,8 +243,9 @@ def _trainer(
         max_epochs=config.epochs,
         accelerator=options.accelerator,
         devices=options.devices,
-        strategy=_strategy(options),
-        precision=None if contract else config.precision,  # bf16-mixed: the project's contract
+        strategy=ddp_aware_strategy(options.strategy, options.ddp_timeout),
+        # bf16-mixed: the project's contract; the precision's name was checked by RunConfig
+        precision=None if contract else config.precision,  # type: ignore[arg-type]
         logger=logger,
         callbacks=callbacks.all,
         limit_train_batches=config.limit_train_batches,
@@ -285,37 +277,53 @@ def _logger(config: RunConfig, options: RunOptions, resume: Resume | None) -> Te
 _VERSION = "SA_CONV_RUN_VERSION"
 
 
-def _strategy(options: RunOptions) -> str | DDPStrategy:
-    """Lightning's strategy; DDP with the run's timeout, so that a dead rank ends the others in time (with
-    NCCL, a failed collective raises in Python instead of aborting the process: not yet tried on GPUs)."""
-    if options.strategy == "ddp":
-        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")  # abort the communicators, raise
-        return DDPStrategy(timeout=timedelta(minutes=options.ddp_timeout))
-    return options.strategy
-
-
 def _announce(
     trainer: pl.Trainer,
     config: RunConfig,
     options: RunOptions,
     module: ImageClassifier,
+    datamodule: CIFAR10DataModule,
     run_dir: Path,
     resume: Resume | None,
     flops: dict[str, float],
+    progress: TrainingProgress,
 ) -> None:
-    """Write config.yaml and say what runs, where, in what precision."""
-    if not trainer.is_global_zero:
+    """Write config.yaml and say what runs, where, in what precision, and (at once: a first step may take
+    minutes) how long it takes at least: its counted FLOPs at the rate of one large matrix product here,
+    measured now in a fraction of a second (the measured speed corrects it after the first steps). The
+    projected step is also what a first Ctrl-C waits for, before a step is timed."""
+    if trainer.is_global_zero:
+        if not options.fast_dev_run:  # a smoke test writes nothing
+            write_text(run_dir / "config.yaml", dump_config(config))
+        print(f"sa-conv {__version__} | model {config.model} | scale {config.scale} | run dir {run_dir}")
+        n_params = sum(p.numel() for p in module.backbone.parameters())
+        print(
+            f"parameters: {n_params:,} | GFLOP per image: {flops['train'] / 1e9:.3f} training step "
+            f"(forward + backward), {flops['eval'] / 1e9:.3f} evaluation (forward) | precision "
+            f"{config.precision}"
+        )
+        if resume is not None:
+            print(f"resuming from {resume.path}")
+    if options.fast_dev_run:
         return
-    if not options.fast_dev_run:  # a smoke test writes nothing
-        write_text(run_dir / "config.yaml", dump_config(config))
-    n_params = sum(p.numel() for p in module.backbone.parameters())
-    print(f"sa-conv {__version__} | model {config.model} | scale {config.scale} | run dir {run_dir}")
-    print(
-        f"parameters: {n_params:,} | GFLOP per image: {flops['train'] / 1e9:.3f} training step "
-        f"(forward + backward), {flops['eval'] / 1e9:.3f} evaluation (forward) | precision {config.precision}"
+    world, pace = trainer.world_size, progress.pace
+    batches = datamodule.train_batches(world, trainer.limit_train_batches)
+    total = schedule_length(batches, max_epochs=trainer.max_epochs, max_steps=trainer.max_steps)
+    dtype = torch.bfloat16 if config.precision == "bf16-mixed" else torch.float32
+    rate = matmul_flops_per_s(trainer.strategy.root_device, dtype) * world
+    seconds = flop_projection(
+        steps_left=max(total - (resume.step if resume else 0), 0),
+        batches_per_epoch=batches,
+        epoch_images=min(len(datamodule.split("train")), batches * config.data.batch_size * world),
+        eval_images=pace.eval_images,
+        test_images=pace.test_images if config.data.protocol == "clean" else 0,
+        train_flops=flops["train"],
+        eval_flops=flops["eval"],
+        flop_rate=rate,
     )
-    if resume is not None:
-        print(f"resuming from {resume.path}")
+    pace.projected_step_seconds = config.data.batch_size * world * flops["train"] / rate
+    if trainer.is_global_zero:
+        progress.projected(seconds, rate)
 
 
 def _fit(
@@ -328,7 +336,8 @@ def _fit(
 ) -> float:
     """Fit (or resume); a requested stop becomes ``RunInterruptedError``. Returns the wall seconds."""
     start = time.perf_counter()
-    with sigint_as_sigterm() as received:
+    acknowledge = lambda: stopping_line(callbacks.progress.pace.step_seconds())  # noqa: E731
+    with sigint_as_sigterm(acknowledge) as received:
         try:
             with safe_globals():  # read without running code, as every checkpoint is
                 trainer.fit(
@@ -353,11 +362,6 @@ def _fit(
     return time.perf_counter() - start
 
 
-def _best_path(callbacks: _Callbacks, options: RunOptions) -> str | None:
-    best = callbacks.best.best_model_path
-    return best if best and not options.fast_dev_run else None
-
-
 def _test(
     trainer: pl.Trainer,
     module: ImageClassifier,
@@ -365,17 +369,18 @@ def _test(
     config: RunConfig,
     callbacks: _Callbacks,
     run_dir: Path,
-    history: list[dict[str, Any]],
-) -> dict[str, float]:
+    history: list[dict[str, float]],
+) -> ReportedAccuracy:
     """The test accuracy: the best checkpoint tested once (clean protocol), or the paper's protocol's
     best and final test accuracy of the epochs (its validation loop ran on the test split)."""
     if config.data.protocol == "paper":
         evaluated = [h["test_acc"] for h in history if "test_acc" in h]
         best = max(evaluated, default=float("nan"))
         final = evaluated[-1] if evaluated else float("nan")
-        return {"best_test_acc": best, "final_test_acc": final, "test_acc": best}
+        return ReportedAccuracy(best_test_acc=best, final_test_acc=final, test_acc=best)
     best_path = callbacks.best.best_model_path or None
-    with sigint_as_sigterm() as received:
+    acknowledge = lambda: "stopping the test; Ctrl-C again to abort at once"  # noqa: E731
+    with sigint_as_sigterm(acknowledge) as received:
         try:
             with safe_globals():
                 results = trainer.test(
@@ -385,96 +390,7 @@ def _test(
             last = run_dir / "checkpoints" / "last.ckpt"
             raise RunInterruptedError(run_dir, last, trainer.global_step, received["signal"]) from None
     score = callbacks.best.best_model_score
-    return {
-        "test_acc": float(results[0]["test/acc"]) if results else float("nan"),
-        "best_val_acc": float(score) if score is not None else float("nan"),
-    }
-
-
-def _test_correct(
-    trainer: pl.Trainer,
-    callbacks: _Callbacks,
-    module: ImageClassifier,
-    datamodule: CIFAR10DataModule,
-    config: RunConfig,
-) -> str:
-    """Which test images the reported model (the best checkpoint, under either protocol) gets right,
-    computed on the run's device in its precision (Lightning has moved the module back to the CPU)."""
-    best = callbacks.best.best_model_path
-    backbone = ImageClassifier.from_checkpoint(best).backbone if best else module.backbone
-    return correct_on_test(backbone, datamodule, config.precision, trainer.strategy.root_device)
-
-
-def _summary(
-    trainer: pl.Trainer,
-    config: RunConfig,
-    datamodule: CIFAR10DataModule,
-    module: ImageClassifier,
-    run_dir: Path,
-    flops: dict[str, float],
-    wall: float,
-    images_per_s: float,
-    step_seconds: float,
-) -> dict[str, Any]:
-    """What ``metrics.json`` says of the run besides its accuracy and its records."""
-    device = trainer.strategy.root_device
-    peak = peak_flops(device, config.precision)
-    achieved = flops["train"] * images_per_s  # images/s of every device together
-    return {
-        "run_dir": str(run_dir),
-        "model": config.model,
-        "scale": config.scale,
-        "protocol": config.data.protocol,
-        "config": config.to_dict(),
-        "params": sum(p.numel() for p in module.backbone.parameters()),
-        "train_flops_per_image": flops["train"],  # the trained path, forward + backward
-        "eval_flops_per_image": flops["eval"],  # the evaluation path, forward
-        "n_train_images": len(datamodule.train_set),
-        "n_val_images": len(datamodule.val_set) if config.data.protocol == "clean" else 0,
-        "n_test_images": len(datamodule.test_set),
-        "epochs_completed": trainer.current_epoch,
-        "global_steps": trainer.global_step,
-        "wall_time_s": wall,  # of this process (a resumed run: since the resume)
-        "train_step_seconds": step_seconds,  # steady-state training steps, over the whole run
-        "train_images_per_s": images_per_s,  # every device together
-        "train_tflops": achieved / 1e12,
-        "mfu": achieved / (peak * trainer.world_size) if peak else None,
-        "peak_tflops": peak / 1e12 if peak else None,
-        "precision": config.precision,
-        # bf16 products: the device's own, or emulated exactly in float32 (a CPU without native bf16)
-        "bf16_products": (
-            ("emulated" if bf16_emulated(device.type) else "native")
-            if config.precision == "bf16-mixed"
-            else None
-        ),
-        "peak_memory_gb": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
-        "devices": trainer.world_size,
-        "data": {
-            **{k: datamodule.hparams.get(k) for k in ("data_dir", "source", "synthetic_size")},
-            "fingerprint": datamodule.fingerprint(),
-        },
-        "hardware": hardware(),
-        "sa_conv_version": __version__,
-    }
-
-
-def write_run_explorer(run_dir: Path, datamodule: CIFAR10DataModule, summary: dict[str, Any]) -> None:
-    """A run's ``explorer.html``: the attention explorer of its last checkpoint, on 8 test images."""
-    last = run_dir / "checkpoints" / "last.ckpt"
-    if not last.is_file():
-        return
-    ckpt = read_checkpoint(last)
-    backbone = ImageClassifier.from_checkpoint(ckpt).backbone
-    images, _ = datamodule.evaluation_images(8, normalized=False)
-    source = "synthetic images" if datamodule.resolved_source() == "synthetic" else "test images"
-    meta = {
-        "model": summary["model"],
-        "config": summary["config"],
-        "checkpoint": str(last),
-        "step": ckpt.get("global_step"),
-        "test_acc": summary.get("test_acc"),
-        "test_note": "the run's reported accuracy (its best checkpoint)",
-        "images_note": f"{len(images)} {source} of the run's data",
-    }
-    data = explorer_data(backbone, images, datamodule.normalize(images), meta=meta)
-    write_explorer(run_dir / "explorer.html", data)
+    return ReportedAccuracy(
+        test_acc=float(results[0]["test/acc"]) if results else float("nan"),
+        best_val_acc=float(score) if score is not None else float("nan"),
+    )

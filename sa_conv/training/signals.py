@@ -1,5 +1,7 @@
 """Stopping a run on request: SIGTERM (schedulers) and Ctrl-C end the current step, save a checkpoint
-and say how to resume; a second Ctrl-C interrupts at once."""
+and say how to resume; a second Ctrl-C interrupts at once. The first Ctrl-C is acknowledged at once, in
+one line, with about how long the step has left to run. And lost ranks: a distributed run whose rank is
+gone stops in time (``ddp_aware_strategy``) and says which one (``RankRecord``, ``peer_lost``)."""
 
 from __future__ import annotations
 
@@ -7,20 +9,25 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
+from pytorch_lightning.strategies import DDPStrategy
 
 __all__ = [
     "RankLostError",
     "RankRecord",
     "RunInterruptedError",
+    "ddp_aware_strategy",
     "lost_ranks",
     "peer_lost",
     "sigint_as_sigterm",
+    "stopping_line",
 ]
 
 
@@ -32,10 +39,27 @@ class RunInterruptedError(RuntimeError):
         self.run_dir, self.checkpoint, self.step, self.signal = run_dir, checkpoint, step, signal
 
 
+def stopping_line(step_seconds: float | None) -> str:
+    """What a first Ctrl-C during training says: the run stops after this step (about ``step_seconds``,
+    where known) and a second Ctrl-C aborts without a checkpoint."""
+    about = f", about {max(1, round(step_seconds))} s" if step_seconds is not None else ""
+    return f"stopping after this step{about}; Ctrl-C again to abort without a checkpoint"
+
+
+def _tell(line: str) -> None:
+    """``line`` on stderr from a signal handler: printed, or written straight to the file descriptor
+    where the handler interrupted a write to the same stream (a buffered stream is not reentrant)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except RuntimeError:  # "reentrant call": the main thread was inside a write to stderr
+        os.write(2, f"\n{line}\n".encode())
+
+
 @contextlib.contextmanager
-def sigint_as_sigterm() -> Iterator[dict[str, str]]:
+def sigint_as_sigterm(acknowledge: Callable[[], str] | None = None) -> Iterator[dict[str, str]]:
     """A first Ctrl-C stops like SIGTERM (at the end of the step, with a checkpoint); a second one
-    interrupts at once. Yields which signal arrived."""
+    interrupts at once. Yields which signal arrived. ``acknowledge``: the line said on stderr at the first
+    Ctrl-C (e.g. ``stopping_line`` of the step time), so that nobody waits on silence and presses again."""
     received = {"signal": "SIGTERM"}
 
     def handler(signum: int, frame: Any) -> None:
@@ -43,6 +67,9 @@ def sigint_as_sigterm() -> Iterator[dict[str, str]]:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):  # before Lightning's handler is in
             raise KeyboardInterrupt
+        if acknowledge is not None:
+            with contextlib.suppress(Exception):  # a line that cannot be said must not keep the run going
+                _tell(acknowledge())
         signal.raise_signal(signal.SIGTERM)
 
     try:
@@ -77,6 +104,15 @@ class RankRecord(pl.Callback):
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.path(trainer.global_rank).unlink(missing_ok=True)
+
+
+def ddp_aware_strategy(strategy: str, timeout_minutes: float) -> str | DDPStrategy:
+    """Lightning's strategy; DDP with a timeout, so that a dead rank ends the others in time (with NCCL, a
+    failed collective raises in Python instead of aborting the process: not yet tried on GPUs)."""
+    if strategy == "ddp":
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")  # abort the communicators, raise
+        return DDPStrategy(timeout=timedelta(minutes=timeout_minutes))
+    return strategy
 
 
 def _gone(pid: int) -> bool:

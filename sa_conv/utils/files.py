@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +29,7 @@ __all__ = [
     "locked",
     "merge_rows",
     "new_folders_removed_on_error",
+    "prepare_output_dir",
     "save_png",
     "write_json",
     "write_text",
@@ -106,7 +108,7 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write(path: str | Path, write: Callable[[Path], None], *, what: str | None = None) -> None:
+def atomic_write(path: str | Path, write: Callable[[Path], object], *, what: str | None = None) -> None:
     """Call ``write(tmp)`` on a temporary file next to ``path``, then rename it over ``path``.
 
     The temporary file lives in the same folder (a rename within one file system is atomic) and gets the
@@ -210,6 +212,20 @@ def merge_rows(
         if key in own or not theirs:
             merged[key] = row
     return merged
+
+
+def prepare_output_dir(path: Path) -> None:
+    """Make the output folder ``path`` (and its parents) and check that it takes files (a probe file,
+    removed at once); ``ValueError`` saying what is wrong otherwise."""
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"output directory {path} is a file, not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".sa-conv-write-test-{time.time_ns()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise ValueError(f"output directory {path} is not writable ({err.strerror or err})") from None
 
 
 @contextmanager

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ __all__ = [
     "cpu_has_native_bf16",
     "cpu_name",
     "hardware",
+    "matmul_flops_per_s",
     "peak_flops",
     "resolve_precision",
     "source_commit",
@@ -117,6 +119,36 @@ def peak_flops(device: torch.device, precision: str) -> float | None:
 
     dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision, torch.float32)
     return get_available_flops(device, dtype)
+
+
+def matmul_flops_per_s(
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    *,
+    size: int = 1024,
+    budget_s: float = 0.25,
+) -> float:
+    """FLOP/s of one large square matrix product in ``dtype`` on ``device``, the best of the products
+    that fit in about ``budget_s`` seconds (at least three): the rate no training step exceeds.
+    A quick measure for a projection; ``experiments.benchmark_steps`` measures it at length."""
+    device = torch.device(device)
+    # constant operands: the time does not depend on the values, and no random number is drawn (a run
+    # measures this after seeding; its draws must stay the same)
+    a = b = torch.full((size, size), 0.5, device=device, dtype=dtype)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    best, start, runs = float("inf"), time.perf_counter(), 0
+    torch.mm(a, b)  # warm-up: the first product pays for allocations and kernel selection
+    sync()
+    while runs < 3 or time.perf_counter() - start < budget_s:
+        began = time.perf_counter()
+        torch.mm(a, b)
+        sync()
+        best, runs = min(best, time.perf_counter() - began), runs + 1
+    return 2 * size**3 / best
 
 
 def source_commit() -> str | None:

@@ -42,7 +42,7 @@ class UnsafeCheckpointError(CheckpointError):
 # the only non-tensor globals a checkpoint may name: numpy's RNG state (a uint32 array), as checkpoints
 # written before the state was stored as a tensor hold it
 SAFE_GLOBALS: list[Any] = [
-    np._core.multiarray._reconstruct,  # rebuilds an ndarray of the allowed class and dtype below
+    np._core.multiarray._reconstruct,  # type: ignore[attr-defined]  # rebuilds an ndarray of the allowed class and dtype below
     np.ndarray,
     np.dtype,
     type(np.dtype(np.uint32)),

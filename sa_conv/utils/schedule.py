@@ -10,7 +10,7 @@ from typing import Literal
 
 from sa_conv.utils.config import option
 
-__all__ = ["SCHEDULES", "OptimConfig", "Schedule", "lr_factor"]
+__all__ = ["SCHEDULES", "OptimConfig", "Schedule", "lr_factor", "schedule_length"]
 
 
 Schedule = Literal["warmup-cosine", "multistep"]
@@ -62,3 +62,18 @@ def lr_factor(step: int, total: int, optim: OptimConfig) -> float:
         return (step + 1) / warm
     progress = (step - warm) / max(total - warm, 1)
     return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def schedule_length(
+    batches_per_epoch: int, *, max_epochs: int | None, max_steps: int = -1, accumulate: int = 1
+) -> int:
+    """Optimizer steps of a whole fit, as Lightning counts them (``estimated_stepping_batches``): each
+    epoch's batches over the gradient accumulation, times the epochs, at most ``max_steps`` (when > 0).
+    ``max_epochs`` None or negative: no epoch limit (``max_steps`` must give one)."""
+    epochs = max_epochs if max_epochs is not None and max_epochs >= 0 else math.inf
+    total = math.ceil(batches_per_epoch / accumulate) * epochs
+    if max_steps > 0:
+        total = min(total, max_steps)
+    if total == math.inf:
+        raise ValueError("the learning-rate schedule needs max_epochs or max_steps")
+    return max(int(total), 1)

@@ -27,8 +27,9 @@ from experiments.cli import (
     positive_float,
     positive_int,
     seed_int,
+    trained_model,
 )
-from experiments.memory import MemoryUse, is_out_of_memory
+from experiments.cli.memory import MemoryUse, is_out_of_memory
 from sa_conv.nn.attention import MultiHeadSelfAttention2d
 from sa_conv.nn.conversion import conv_to_attention
 from sa_conv.utils.files import write_json
@@ -220,12 +221,10 @@ def sweep(conv: nn.Module, x: Tensor, expected: Tensor, args) -> int:
 
 def check_checkpoint(args) -> tuple[nn.Module, Tensor]:
     """A Conv2d of a trained ResNet18 and its real input on a batch of test images."""
-    from sa_conv.training.checkpoints import load_trained, module_from_checkpoint
-
     if not args.layer:
         raise UserError("--checkpoint needs --layer NAME, --all or --to-conv")
-    ckpt = load_trained(args.checkpoint)
-    backbone = module_from_checkpoint(ckpt).backbone.eval()
+    ckpt, module = trained_model(args.checkpoint)
+    backbone = module.backbone.eval()
     convs = {name for name, m in backbone.named_modules() if type(m) is nn.Conv2d}
     if args.layer not in convs:
         raise UserError(
@@ -278,10 +277,9 @@ def finish(report: dict, lines: list[str], args) -> int:
 def convert_whole_network(args) -> int:
     """Every convolution of a trained ResNet18 replaced by its attention twin, evaluated on the test split."""
     from sa_conv.nn.conversion import convert_network
-    from sa_conv.training.checkpoints import load_trained, module_from_checkpoint
 
-    ckpt = load_trained(args.checkpoint)
-    conv_net = module_from_checkpoint(ckpt).backbone.eval()
+    ckpt, module = trained_model(args.checkpoint)
+    conv_net = module.backbone.eval()
     attention_net, converted = convert_network(conv_net, alpha=args.alpha, impl=args.impl)
     if not converted:
         raise UserError(f"{args.checkpoint} has no convolution to convert")
@@ -322,12 +320,9 @@ def convert_whole_network(args) -> int:
 def convert_attention_to_conv(args) -> int:
     """Attention layers of a trained SA model replaced by their convolutions, evaluated on the test split."""
     from sa_conv.nn.conversion import ConvInPlaceOfAttention, attention_to_conv, conv_likeness
-    from sa_conv.training.checkpoints import load_trained, module_from_checkpoint
 
-    ckpt = load_trained(args.checkpoint)
-    model = module_from_checkpoint(ckpt).backbone.eval()
-    if not model.has_attention:
-        raise UserError(f"{args.checkpoint} has no attention layers")
+    ckpt, module = trained_model(args.checkpoint, needs_attention="attention layers")
+    model = module.backbone.eval()
     n = len(model.blocks)
     chosen = sorted({args.layers} if isinstance(args.layers, int) else set(args.layers or range(1, n + 1)))
     if not all(1 <= i <= n for i in chosen):

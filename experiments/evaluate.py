@@ -16,9 +16,9 @@ from experiments.cli import (
     datamodule_of_checkpoint,
     main_guard,
     positive_int,
+    trained_model,
 )
-from experiments.memory import MemoryUse
-from sa_conv.training.checkpoints import load_trained, module_from_checkpoint
+from experiments.cli.memory import MemoryUse
 from sa_conv.training.evaluation import evaluate
 
 
@@ -34,8 +34,7 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    ckpt = load_trained(args.checkpoint)
-    module = module_from_checkpoint(ckpt)
+    ckpt, module = trained_model(args.checkpoint)
     datamodule = datamodule_of_checkpoint(ckpt, args, batch_size=args.batch_size)
     if args.split == "val" and datamodule.config.protocol == "paper":
         raise ValueError("the run used the paper's protocol: it has no validation split (use --split test)")

@@ -24,12 +24,12 @@ from experiments.cli import (
     main_guard,
     output_file,
     positive_int,
+    trained_model,
 )
-from experiments.memory import MemoryUse
+from experiments.cli.memory import MemoryUse
 from sa_conv.analysis.explorer import explorer_data, write_explorer
 from sa_conv.data.datamodule import CIFAR10DataModule, DataConfig
 from sa_conv.data.sources import DataError
-from sa_conv.training.checkpoints import load_trained, module_from_checkpoint
 from sa_conv.utils.files import atomic_write
 from sa_conv.utils.safe_load import CheckpointError
 
@@ -129,11 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"--out {out} is a folder: name the page's file, e.g. {out / 'explorer.html'}")
     if args.screenshot is None and (args.layer is not None or args.query is not None):
         raise UserError("--layer and --query choose what --screenshot shows: give --screenshot PNG")
-    ckpt = load_trained(args.checkpoint)
-    module = module_from_checkpoint(ckpt)
+    ckpt, module = trained_model(args.checkpoint, needs_attention="attention to explore")
     model = ckpt["hyper_parameters"]["model"]
-    if not module.backbone.has_attention:
-        raise UserError(f"{args.checkpoint} is a {model} checkpoint: it has no attention to explore")
     check_view(module.backbone, layer=args.layer, query=args.query)
     images, normalized, note = images_for(ckpt, args, args.images)
     metrics = default_out(args.checkpoint).with_name("metrics.json")

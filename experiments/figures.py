@@ -25,8 +25,9 @@ from experiments.cli import (
     datamodule_of_checkpoint,
     main_guard,
     positive_int,
+    trained_model,
 )
-from experiments.memory import MemoryUse
+from experiments.cli.memory import MemoryUse
 from sa_conv.analysis.locality import head_table
 from sa_conv.analysis.maps import (
     attention_maps_of,
@@ -35,7 +36,6 @@ from sa_conv.analysis.maps import (
     locality_queries,
     lr_schedule_of,
 )
-from sa_conv.training.checkpoints import load_trained, module_from_checkpoint
 from sa_conv.utils.files import save_png, write_json
 
 
@@ -60,11 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.out.exists() and not args.out.is_dir():
         raise UserError(f"--out {args.out} is a file, not a folder")
-    ckpt = load_trained(args.checkpoint)  # read once: the model and the run's locality history
-    backbone = module_from_checkpoint(ckpt).backbone.eval()
+    # read once: the model and the run's locality history
+    ckpt, module = trained_model(args.checkpoint, needs_attention="attention maps to draw")
+    backbone = module.backbone.eval()
     model = ckpt["hyper_parameters"]["model"]
-    if not backbone.has_attention:
-        raise UserError(f"{args.checkpoint} is a {model} checkpoint: it has no attention maps to draw")
     side = backbone.config.grid
     if args.query is not None and not all(0 <= v < side for v in args.query):
         raise UserError(f"--query {args.query[0]} {args.query[1]} is outside the {side}x{side} token grid")

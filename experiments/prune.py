@@ -27,12 +27,12 @@ from experiments.cli import (
     output_folder,
     positive_float,
     positive_int,
+    trained_model,
 )
-from experiments.memory import MemoryUse
+from experiments.cli.memory import MemoryUse
 from sa_conv.data.datamodule import CIFAR10DataModule
 from sa_conv.models import Backbone
 from sa_conv.nn.surgery import prune_model_heads
-from sa_conv.training.checkpoints import load_trained, module_from_checkpoint
 from sa_conv.training.config import RunConfig, RunOptions
 from sa_conv.training.evaluation import evaluate
 from sa_conv.training.module import ImageClassifier
@@ -79,12 +79,9 @@ def degenerate(backbone: Backbone) -> dict[int, list[int]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    ckpt = load_trained(args.checkpoint)
+    ckpt, module = trained_model(args.checkpoint, needs_attention="attention heads")
     config = RunConfig.from_dict(run_config_of(ckpt, args.checkpoint))
-    module = module_from_checkpoint(ckpt)
     backbone = module.backbone
-    if not backbone.has_attention:
-        raise UserError(f"{args.checkpoint} is a {config.model} checkpoint: it has no attention heads")
     pruned = degenerate(backbone)
     heads_before = list(backbone.config.heads_per_layer)
     params_before = sum(p.numel() for p in backbone.parameters())

@@ -20,7 +20,7 @@ from experiments.cli import (
     datamodule_from_flags,
     main_guard,
 )
-from experiments.memory import MemoryUse
+from experiments.cli.memory import MemoryUse
 from experiments.presets import SCALES, preset
 from sa_conv.models import MODELS
 from sa_conv.training.config import SECTIONS, RunConfig, RunOptions, dump_config, load_config

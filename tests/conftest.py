@@ -1,4 +1,8 @@
-"""Shared fixtures: deterministic seeds, the offline CIFAR-10 tree when it exists."""
+"""Shared fixtures: deterministic seeds, the offline CIFAR-10 tree when it exists, shipped weights kept
+apart, and the tiny runs of ``helpers.fixtures``. Test files live in folders that mirror the package
+(``tests/nn/`` tests ``sa_conv/nn/``, ``tests/programs/`` the programs of ``experiments/``: a folder named
+``experiments`` here would hide that package, ``tests/`` being on the path); what they share is in
+``tests/helpers/``."""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+pytest_plugins = ["helpers.fixtures"]
 
 SHARED_ARCHIVE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cifar10-jpeg.tar.gz"
 

@@ -8,7 +8,7 @@ step before (content attention's ``(B, heads, N, N)`` logits and probabilities: 
 first write; ``python -m experiments.benchmark --sections allocator`` measures the steps before and after
 (docs/performance.md). Kept memory stays with the process (its resident size stays near its peak),
 which a training process wants anyway. A step's tensors, freed together, are made again mostly in pages
-already faulted in (tests/test_allocator.py); a lone large tensor made again is not always (glibc's
+already faulted in (tests/utils/test_allocator.py); a lone large tensor made again is not always (glibc's
 aligned allocation asks a few bytes more than the block it freed). Where another allocator is preloaded
 (jemalloc, tcmalloc) the call reaches glibc's unused one and changes nothing.
 """

@@ -130,7 +130,7 @@ def matmul_flops_per_s(
 ) -> float:
     """FLOP/s of one large square matrix product in ``dtype`` on ``device``, the best of the products
     that fit in about ``budget_s`` seconds (at least three): the rate no training step exceeds.
-    A quick measure for a projection; ``experiments.benchmark_steps`` measures it at length."""
+    A quick measure for a projection; ``experiments.benchmark.steps`` measures it at length."""
     device = torch.device(device)
     # constant operands: the time does not depend on the values, and no random number is drawn (a run
     # measures this after seeding; its draws must stay the same)

@@ -1,0 +1,139 @@
+"""The error guard of every program: an expected failure is one line on stderr and a non-zero exit
+(``--debug`` shows the traceback), a requested stop says how to resume, an out-of-memory error says what
+to lower (``experiments.cli.memory``); library chatter that says nothing about the run is silenced."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import re
+import sys
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from experiments.cli.memory import is_out_of_memory, memory_device, out_of_memory_line
+from sa_conv.utils.files import is_disk_full
+from sa_conv.utils.safe_load import CheckpointError
+
+# what pulls in Lightning and the data stack (seconds) is imported where it is used, so that --help
+# and an error in the flags answer at once
+
+__all__ = ["UserError", "main_guard", "quiet_disk_full_threads", "quiet_libraries"]
+
+
+class UserError(RuntimeError):
+    """Bad input from the user: reported as one line, no traceback."""
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from lightning_fabric.utilities.exceptions import MisconfigurationException
+
+    from sa_conv.data.datamodule import DataError
+    from sa_conv.training.signals import RankLostError
+
+    return (
+        UserError,
+        ValueError,
+        DataError,
+        RankLostError,
+        CheckpointError,
+        FloatingPointError,
+        OSError,  # file system: a missing, unwritable or full path
+        MisconfigurationException,
+    )
+
+
+def _message(err: BaseException) -> str:
+    if isinstance(err, OSError) and err.strerror:
+        return f"{err.strerror}: {err.filename}" if err.filename else err.strerror
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def main_guard(main: Callable[[list[str] | None], int | None]) -> Callable[[list[str] | None], int]:
+    """Run ``main(argv)``; expected failures print ``error: ...`` in one line and return 1; a run stopped
+    by a signal prints ``stopped: ...`` (where, and how to resume) and returns 130 after Ctrl-C, 143 after
+    SIGTERM; out of memory says the batch size and how to lower it (``MemoryUse``), and how to resume
+    where a checkpoint exists. ``--debug`` anywhere shows the full traceback instead."""
+
+    def wrapped(argv: list[str] | None = None) -> int:
+        from sa_conv.training.precision import flush_denormals
+        from sa_conv.training.signals import RunInterruptedError
+
+        flush_denormals()  # before any parallel op starts the intra-op threads, which copy the CPU mode
+        quiet_libraries()
+        quiet_disk_full_threads()
+        argv = list(sys.argv[1:] if argv is None else argv)
+        debug = "--debug" in argv
+        try:
+            return main(argv) or 0
+        except RunInterruptedError as err:
+            if debug:
+                raise
+            # a requested stop, not an error: say where it stopped and how to go on
+            print(f"stopped: {err}; resume with the same command and --resume", file=sys.stderr)
+            return 130 if err.signal == "SIGINT" else 143
+        except _user_errors() as err:
+            if debug:
+                raise
+            print(f"error: {_message(err)}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print("error: interrupted", file=sys.stderr)
+            return 130
+        except SystemExit as exit_:  # argparse: --help (0) or a one-line usage error (2)
+            code = exit_.code
+            return code if isinstance(code, int) else (0 if code is None else 1)
+        except (RuntimeError, MemoryError) as err:
+            if debug or not is_out_of_memory(err):
+                raise
+            where, use = memory_device(err), getattr(err, "memory_use", None)
+        # out of memory: the line is made once the error (and the batch's tensors its frames hold) is gone
+        gc.collect()
+        print(f"error: {out_of_memory_line(where, use)}", file=sys.stderr)
+        return 1
+
+    return wrapped
+
+
+# Lightning's lines that say nothing the run does not say itself (hardware it does not use, its own
+# restore steps, the precision plugin, the signal it received: the run says what it did about it)
+_CHATTER = re.compile(
+    r"Tip:|GPU available|TPU available|HPU available|IPU available|Using bfloat16|Using 16bit|"
+    r"Restoring states from|Restored all states|Loaded model weights|`Trainer.fit` stopped|Received SIG"
+)
+
+
+_quiet_hooks: dict[str, Any] = {}  # the thread hook this module installed (installed once)
+
+
+def quiet_disk_full_threads() -> None:
+    """A writer thread (TensorBoard's) that finds the disk full stays quiet: the error reaches the main
+    thread at the next write, where it becomes one line."""
+
+    previous = threading.excepthook
+    if previous is _quiet_hooks.get("installed"):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if not is_disk_full(args.exc_value):
+            previous(args)
+
+    threading.excepthook = _quiet_hooks["installed"] = hook
+
+
+def quiet_libraries() -> None:
+    """Silence library chatter that says nothing about the run (tips, known deprecations, hardware lines,
+    "checkpoint directory exists" on every resume)."""
+    warnings.filterwarnings("ignore", message=r".*LeafSpec.*")
+    warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=r".*litlogger.*|.*litmodels.*")
+    warnings.filterwarnings("ignore", message=r".*is smaller than the logging interval.*")
+    warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty.*")
+    for name in (
+        "pytorch_lightning.utilities.rank_zero",
+        "pytorch_lightning.trainer.connectors.signal_connector",
+    ):
+        logging.getLogger(name).addFilter(lambda record: not _CHATTER.search(record.getMessage()))

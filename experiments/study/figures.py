@@ -1,0 +1,95 @@
+"""The study's figures: every attention figure of one run (finished, or at its newest checkpoint), and the
+figures across a scale's runs (locality layer by layer, learning curves) with its related scales'."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from experiments.study.runs import StudySettings
+from sa_conv.analysis.curves import learning_curves, locality_by_layer
+from sa_conv.analysis.maps import figures_of, lr_schedule_of
+from sa_conv.training.checkpoints import module_from_checkpoint
+from sa_conv.training.config import RunConfig
+from sa_conv.training.summary import RunSummary
+from sa_conv.utils.files import save_png
+from sa_conv.utils.safe_load import read_checkpoint
+
+__all__ = ["RELATED_SCALES", "draw_figures", "render_figures", "scale_figures"]
+
+
+def render_figures(summary: RunSummary, prefix: str, settings: StudySettings) -> None:
+    """Every attention figure of a finished run, from its last checkpoint and its own locality history."""
+    done = summary.epochs_completed == summary.config["epochs"]  # its last step ends the schedule
+    draw_figures(
+        read_checkpoint(Path(summary.run_dir) / "checkpoints" / "last.ckpt"),
+        summary.config,
+        prefix,
+        settings,
+        history=summary.locality_history,
+        total_steps=summary.global_steps if done else None,
+    )
+
+
+def draw_figures(
+    ckpt: dict[str, Any],
+    config: dict[str, Any],
+    prefix: str,
+    settings: StudySettings,
+    *,
+    history: list[dict[str, Any]] | None,
+    total_steps: int | None = None,
+    title: str | None = None,
+) -> None:
+    """The attention figures of one (loaded) checkpoint, written as ``<figures>/<prefix>_<figure>.png``."""
+    backbone = module_from_checkpoint(ckpt).backbone.eval()
+    images, _ = settings.data(RunConfig.from_dict(config)).evaluation_images(100)
+    settings.figures.mkdir(parents=True, exist_ok=True)
+    lr = lr_schedule_of(ckpt, total_steps)
+    for tag, value in figures_of(backbone, images, history=history, lr=lr, name=title or prefix):
+        if not isinstance(value, float):
+            save_png(value, settings.figures / f"{prefix}_{tag.split('/', 1)[1]}.png")
+
+
+# the studies drawn together in the scale figures: a scale's runs and, beside them, its relatives'
+RELATED_SCALES = {"small": ("small", "small6"), "small6": ("small6", "small")}
+
+
+def scale_figures(settings: StudySettings, unfinished: Sequence[dict[str, Any]] = ()) -> list[Path]:
+    """The figures across a scale's runs (and its related scales'), from the committed tables: locality
+    layer by layer of every attention run, and the learning curves of every run that recorded them; the
+    scale's unfinished runs beside them, labelled with the epoch they stand at."""
+    rows = []
+    scale_now, figures = settings.scale, settings.figures
+    for scale in RELATED_SCALES.get(scale_now, (scale_now,)):
+        path = settings.out / f"{scale}.json"
+        if path.is_file():
+            rows += [(scale, row) for row in json.loads(path.read_text())]
+    written = []
+
+    def label(scale: str, r: dict[str, Any]) -> str:
+        depth = f", {len(r['layers'])} layers" if r["layers"] else ""  # attention layers; none in a ResNet
+        return f"{r['name']} s{r['seed']} ({scale}{depth})"
+
+    attention = [{"label": label(sc, r), "layers": r["layers"]} for sc, r in rows if r.get("layers")]
+    for u in (u for u in unfinished if u["layers"]):
+        at = f"epoch {u['epochs_completed']}/{u['epochs']}, unfinished"
+        attention.append({"label": f"{u['name']} s{u['seed']} ({scale_now}, {at})", "layers": u["layers"]})
+    if attention:
+        path = figures / f"{scale_now}_locality_by_layer.png"
+        save_png(
+            locality_by_layer(attention, title=f"locality layer by layer, {scale_now} and beside it"), path
+        )
+        written.append(path)
+    curves = [
+        {"label": label(sc, r), "epochs": r["epochs_history"]} for sc, r in rows if r.get("epochs_history")
+    ]
+    if curves:
+        path = figures / f"{scale_now}_learning_curves.png"
+        save_png(
+            learning_curves(curves, title=f"validation accuracy per epoch, {scale_now} and beside it"), path
+        )
+        written.append(path)
+    return written

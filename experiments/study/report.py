@@ -1,0 +1,70 @@
+"""``--report``'s view of the runs still training: where each stands at its newest checkpoint (step,
+epochs, accuracy, locality per layer), its figures drawn from that checkpoint, marked unfinished."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from experiments.study.entries import Entry, entry_config
+from experiments.study.figures import draw_figures
+from experiments.study.runs import StudySettings, run_root
+from sa_conv.analysis.maps import history_of, initial_of, layer_summary
+from sa_conv.training.resume import find_resume
+from sa_conv.utils.safe_load import read_checkpoint
+
+__all__ = ["in_progress", "report_unfinished"]
+
+
+def in_progress(
+    entry: Entry, seed: int, settings: StudySettings
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """An unfinished run at its newest checkpoint (epochs done, its last per-epoch accuracy, the locality
+    of its last snapshot) and that checkpoint, or None when it has none: a state of training, not a result."""
+    config = entry_config(entry, settings.scale, seed)
+    resume = find_resume(
+        "auto", run_root(entry, seed, settings), config, warn=lambda m: print(m, file=sys.stderr)
+    )
+    if resume is None:
+        return None
+    ckpt = read_checkpoint(resume.path)
+    progress = (ckpt.get("callbacks") or {}).get("TrainingProgress") or {}
+    epochs = progress.get("history") or []
+    snapshots = history_of(ckpt) or []
+    split = "validation" if config.data.protocol == "clean" else "test"  # what each epoch evaluates
+    state = {
+        "name": entry.name,
+        "seed": seed,
+        "config": config.to_dict(),
+        "step": ckpt["global_step"],
+        "epochs_completed": len(epochs),
+        "epochs": config.epochs,
+        "epoch_split": split,
+        "epoch_acc": epochs[-1].get("val_acc" if split == "validation" else "test_acc") if epochs else None,
+        "snapshot_step": snapshots[-1]["step"] if snapshots else None,
+        "layers": layer_summary(snapshots[-1], initial_of(snapshots)) if snapshots else [],
+        "locality_history": snapshots,
+    }
+    return state, ckpt
+
+
+def report_unfinished(
+    table: list[tuple[Entry, int]],
+    order: list[tuple[Entry, int]],
+    results: dict[tuple[str, int], Any],
+    settings: StudySettings,
+) -> list[dict[str, Any]]:
+    """Where every run of the study without a result stands, drawing the figures of those in ``order``
+    (a run with a result, committed or read back, is never drawn over)."""
+    states = []
+    for entry, seed in table:
+        if (entry.name, seed) in results or (found := in_progress(entry, seed, settings)) is None:
+            continue
+        state, ckpt = found
+        states.append(state)
+        if not settings.no_figures and state["layers"] and (entry, seed) in order:
+            prefix = f"{settings.scale}_{entry.name}-seed{seed}"
+            at = f"epoch {state['epochs_completed']} of {state['epochs']}, unfinished"
+            history = state["locality_history"]
+            draw_figures(ckpt, state["config"], prefix, settings, history=history, title=f"{prefix} ({at})")
+    return states

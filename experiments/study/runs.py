@@ -1,0 +1,122 @@
+"""The study's runs: its settings, where each run lives, a finished run read back (with its per-image test
+results), an unfinished one resumed (here, or from the checkpoint another machine carried), a new one
+trained; out of memory, the command that trains the run alone at a lower batch."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from experiments.cli import flag
+from experiments.cli.memory import MemoryUse
+from experiments.study.entries import Entry, entry_config
+from experiments.study.weights import carried_resume
+from sa_conv.data.datamodule import CIFAR10DataModule
+from sa_conv.data.fingerprint import data_difference
+from sa_conv.models.weights import weights_dir
+from sa_conv.training.checkpoints import module_from_checkpoint
+from sa_conv.training.config import RunConfig, RunOptions, config_difference, flat_options
+from sa_conv.training.evaluation import correct_on_test
+from sa_conv.training.resume import find_resume
+from sa_conv.training.run import datamodule_for, train
+from sa_conv.training.summary import RunSummary
+
+__all__ = ["StudySettings", "alone_command", "finished", "run_entry", "run_root", "with_test_correct"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudySettings:
+    """What every step of a study reads: its scale, its data, where results, figures and weights go."""
+
+    scale: str
+    data_dir: Path
+    synthetic: bool = False
+    synthetic_size: int = 512
+    out: Path = Path("results")
+    figures: Path = Path("figures")
+    weights: Path = field(default_factory=weights_dir)
+    no_figures: bool = False
+
+    def data(self, config: RunConfig) -> CIFAR10DataModule:
+        """The data module of one of the study's runs."""
+        return datamodule_for(
+            config, data_dir=self.data_dir, synthetic=self.synthetic, synthetic_size=self.synthetic_size
+        )
+
+
+def run_root(entry: Entry, seed: int, settings: StudySettings) -> Path:
+    """The folder of one entry and seed's runs."""
+    return settings.out / "runs" / settings.scale / f"{entry.name}-seed{seed}"
+
+
+def finished(entry: Entry, seed: int, settings: StudySettings) -> RunSummary | None:
+    """The summary of the newest finished run of one entry and seed with the study's config, if any."""
+    config = entry_config(entry, settings.scale, seed).to_dict()
+    root = run_root(entry, seed, settings)
+    done = sorted(root.glob(f"{entry.model}/version_*/metrics.json"), key=lambda p: int(p.parent.name[8:]))
+    for path in reversed(done):
+        summary = RunSummary.read(path)
+        if not config_difference(summary.config, config):
+            print(f"== {entry.name} seed {seed}: finished, {path.parent}", flush=True)
+            return with_test_correct(summary, path, settings)
+    return None
+
+
+def with_test_correct(summary: RunSummary, path: Path, settings: StudySettings) -> RunSummary:
+    """The run's summary with its per-image test results (computed once from its best checkpoint, and
+    kept in its metrics.json, for runs written before they recorded them)."""
+    best = summary.best_checkpoint or str(Path(summary.run_dir) / "checkpoints" / "last.ckpt")
+    if summary.test_correct is not None or not Path(best).is_file():
+        return summary
+    module = module_from_checkpoint(best)
+    data = settings.data(RunConfig.from_dict(summary.config))
+    trained_on = (summary.data or {}).get("fingerprint")
+    if trained_on is not None and data_difference(trained_on, data.fingerprint()):
+        print(f"warning: {path.parent} trained on other data: no per-image results from it", file=sys.stderr)
+        return summary
+    summary = replace(summary, test_correct=correct_on_test(module.backbone, data, summary.precision))
+    summary.write(path)
+    return summary
+
+
+def run_entry(entry: Entry, seed: int, settings: StudySettings) -> RunSummary:
+    """Train (or resume, or read back) one run; returns its summary."""
+    summary = finished(entry, seed, settings)
+    if summary is not None:
+        return summary
+    config = entry_config(entry, settings.scale, seed)
+    root = run_root(entry, seed, settings)
+    resume = find_resume("auto", root, config, warn=lambda m: print(m, file=sys.stderr))
+    if resume is None:  # a run another machine began and carried here
+        resume = carried_resume(settings.scale, f"{entry.name}-seed{seed}", root, config, settings.weights)
+    print(f"== {entry.name} seed {seed}: {'resuming' if resume else 'training'}", flush=True)
+    options = RunOptions(output_dir=root, progress="lines", figures_every=1000, snapshot_minutes=5)
+    data = settings.data(config)
+
+    def newest() -> Path | None:
+        found = find_resume("auto", root, config, warn=lambda _message: None)
+        return found.path if found is not None else None
+
+    with MemoryUse(
+        batch_size=config.data.batch_size,
+        what=f"training {entry.name} seed {seed}",
+        lower="lower it in a run of its own (a study trains every model at its preset's batch): "
+        + alone_command(entry, seed, settings),
+        resume="run the same command again (the study resumes from {checkpoint})",
+        checkpoint=newest,
+    ):
+        return train(config, datamodule=data, options=options, resume=resume)
+
+
+def alone_command(entry: Entry, seed: int, settings: StudySettings) -> str:
+    """The ``experiments.run`` command that trains one run of the study alone, at batch size ``{n}``."""
+    words = ["python -m experiments.run", entry.model, "--scale", settings.scale, "--seed", str(seed)]
+    for name, value in flat_options(entry.overrides).items():
+        if isinstance(value, bool):
+            words.append(flag(name) if value else f"--no-{flag(name)[2:]}")
+        elif name != "batch_size":
+            shown = " ".join(map(str, value)) if isinstance(value, tuple | list) else value
+            words += [flag(name), "none" if shown is None else str(shown)]
+    words += ["--synthetic"] if settings.synthetic else ["--data-dir", str(settings.data_dir)]
+    return " ".join([*words, "--batch-size {n}"])

@@ -1,0 +1,122 @@
+"""Precision ``auto``: bf16 where the CPU computes it natively, recorded by the run, kept on resume."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers import QUIET, REPO, tiny
+
+import sa_conv.utils.machine as machine
+from experiments import run
+from experiments.cli import main_guard
+from sa_conv.training.config import RunConfig, config_difference
+from sa_conv.training.precision import settle_precision, warn_slow_bf16
+from sa_conv.utils.safe_load import read_checkpoint, run_config_of
+
+# two heads and a narrow feed-forward layer: one epoch of 64 synthetic images in batches of 32, on the CPU
+TWO_HEADS = ["quadratic", *tiny(heads=2, epochs=1), "--ffn", "16", "--synthetic", "--synthetic-size", "64"]
+TWO_HEADS += ["--batch-size", "32", *QUIET, "--accelerator", "cpu"]
+
+
+def cpu_with(monkeypatch: pytest.MonkeyPatch, flags: str) -> None:
+    """Pretend to be a CPU whose /proc/cpuinfo lists ``flags``."""
+    lines = ["model name\t: Test CPU", f"flags\t\t: fpu sse2 avx2 {flags}"]
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: lines)
+
+
+@pytest.mark.parametrize(
+    ("flags", "native"), [("avx512f avx512_bf16", True), ("amx_tile amx_bf16", True), ("avx512f", False)]
+)
+def test_native_bf16_is_read_from_the_cpus_flags(monkeypatch, flags, native) -> None:
+    cpu_with(monkeypatch, flags)
+    assert machine.cpu_has_native_bf16() is native
+    assert machine.hardware()["cpu_native_bf16"] is native
+
+
+def test_arm_bf16_feature_counts(monkeypatch) -> None:
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: ["Features\t: fp asimd bf16 i8mm"])
+    assert machine.cpu_has_native_bf16()
+
+
+def test_auto_is_float32_on_every_device_until_bf16_is_validated(monkeypatch) -> None:
+    cpu_with(monkeypatch, "amx_bf16")  # even with native bf16
+    assert machine.resolve_precision("auto", "cpu") == "32-true"
+    monkeypatch.setattr(machine.torch.cuda, "is_available", lambda: True)
+    assert machine.resolve_precision("auto", "gpu") == "32-true"  # TF32 products: the run's tf32 option
+    assert machine.resolve_precision("auto", "cpu") == "32-true"
+    for explicit in ("32-true", "bf16-mixed"):
+        assert machine.resolve_precision(explicit, "cpu") == explicit
+
+
+def test_a_resumed_run_keeps_its_precision(monkeypatch, capsys) -> None:
+    config = RunConfig(model="quadratic")  # precision auto
+    assert settle_precision(config, "cpu", {"precision": "bf16-mixed"}).precision == "bf16-mixed"
+    assert settle_precision(config, "cpu").precision == "32-true"  # a new run: this machine's choice
+    monkeypatch.setattr(machine.torch.cuda, "is_available", lambda: True)  # a GPU machine would pick bf16
+    assert settle_precision(config, "gpu", {"precision": "32-true"}).precision == "32-true"
+    assert settle_precision(config, "gpu", {"precision": "auto"}).precision == "32-true"  # older runs
+    cpu_with(monkeypatch, "avx2")
+    warn_slow_bf16(config.replace(precision="bf16-mixed"), "cpu")
+    assert "no native bf16" in capsys.readouterr().err  # it says it will be slow
+
+
+def test_auto_matches_any_recorded_precision_but_an_explicit_one_must_agree() -> None:
+    stored = RunConfig(model="quadratic", precision="bf16-mixed").to_dict()
+    assert config_difference(stored, RunConfig(model="quadratic").to_dict()) == []
+    differs = config_difference(stored, RunConfig(model="quadratic", precision="32-true").to_dict())
+    assert differs == ["precision='bf16-mixed' (now: '32-true')"]
+
+
+def test_the_run_records_its_precision_and_resumes_in_it(tmp_path: Path, monkeypatch, capsys) -> None:
+    cpu_with(monkeypatch, "avx512_bf16")
+    out = ["--output-dir", str(tmp_path)]
+    assert main_guard(run.main)([*TWO_HEADS, *out, "--precision", "bf16-mixed"]) == 0
+    assert "precision bf16-mixed" in capsys.readouterr().out
+    run_dir = tmp_path / "quadratic" / "version_0"
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["precision"] == "bf16-mixed"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    assert run_config_of(read_checkpoint(last))["precision"] == "bf16-mixed"
+
+    cpu_with(monkeypatch, "avx2")  # resumed with auto on a CPU without bf16: the run keeps bf16
+    assert main_guard(run.main)([*TWO_HEADS, *out, "--resume", str(last)]) == 0
+    captured = capsys.readouterr()
+    assert "precision bf16-mixed" in captured.out and "no native bf16" in captured.err
+
+
+def test_the_gpus_dense_peak(monkeypatch) -> None:
+    monkeypatch.setattr(machine.torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    cuda = machine.torch.device("cuda")
+    assert machine.peak_flops(cuda, "bf16-mixed") == pytest.approx(989.4e12)  # dense, not Lightning's sparse
+    monkeypatch.setattr(
+        machine.torch, "get_float32_matmul_precision", lambda: "high"
+    )  # what runs set on CUDA
+    assert machine.peak_flops(cuda, "32-true") == pytest.approx(494.7e12)  # TF32
+    monkeypatch.setattr(machine.torch, "get_float32_matmul_precision", lambda: "highest")  # --no-tf32
+    assert machine.peak_flops(cuda, "32-true") is None
+    monkeypatch.setattr(machine.torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 PCIe")
+    assert machine.peak_flops(cuda, "bf16-mixed") == pytest.approx(756.5e12)
+    assert machine.peak_flops(machine.torch.device("cpu"), "bf16-mixed") is None
+
+
+def test_every_command_flushes_denormals_before_it_computes():
+    """The command-line wrapper sets the CPU's flush-to-zero mode first thing (the math library's worker
+    threads copy the mode when they start): in a fresh process, a denormal times one is zero after it."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import torch; from experiments.cli import main_guard; {call}"
+        "print(float((torch.tensor([1e-39]) * 1.0).item()))"
+    )
+
+    def after(call: str) -> float:
+        out = subprocess.run(
+            [sys.executable, "-c", probe.format(call=call)], cwd=REPO, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        return float(out.stdout.strip().splitlines()[-1])
+
+    assert after("") == pytest.approx(1e-39, rel=1e-3)  # the default mode keeps denormals
+    assert after("main_guard(lambda argv: 0)([]); ") == 0.0

@@ -1,0 +1,167 @@
+"""A run resumes exactly: after a crash (from its epoch-end checkpoint or a time snapshot), a process
+killed outright, or random kills (chaos), its metrics and weights are the uninterrupted run's bit for bit;
+a checkpoint from elsewhere starts a run folder of its own; every checkpoint rebuilds its module."""
+
+import json
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import TEN_STEPS, StepCounter, assert_resumed_exactly, call, run_cli, weights, with_callback
+
+from experiments import run
+from experiments.cli import main_guard
+from sa_conv.training.module import ImageClassifier
+
+
+@pytest.mark.parametrize(("at", "remaining"), [(10, 20), (14, 20)])  # killed at the first step of epoch 2
+def test_a_crash_resumes_exactly_from_the_epoch_end_checkpoint(
+    straight, tmp_path, monkeypatch, capsys, at, remaining
+):
+    argv = ["quadratic", *TEN_STEPS, "--epochs", "3", "--output-dir", str(tmp_path)]
+    with monkeypatch.context() as patch:
+        with_callback(patch, StepCounter(at, "crash"))
+        with pytest.raises(RuntimeError, match="went away"):
+            run.main(argv)
+    assert (
+        torch.load(tmp_path / "quadratic/version_0/checkpoints/last.ckpt", weights_only=True)["global_step"]
+        == 10
+    )
+    counter = StepCounter()
+    with_callback(monkeypatch, counter)
+    code, out, _ = call(run, [*argv, "--resume"], capsys)
+    assert code == 0 and "resuming from" in out
+    assert_resumed_exactly(straight, tmp_path / "quadratic/version_0", counter, remaining)
+
+
+def test_a_time_snapshot_resumes_exactly(straight, tmp_path, monkeypatch, capsys):
+    argv = ["quadratic", *TEN_STEPS, "--epochs", "3", "--output-dir", str(tmp_path)]
+    argv += ["--snapshot-minutes", "1e-9"]
+    with monkeypatch.context() as patch:
+        with_callback(patch, StepCounter(17, "crash"))
+        with pytest.raises(RuntimeError):
+            run.main(argv)
+    snapshot = tmp_path / "quadratic/version_0/checkpoints/snapshot.ckpt"
+    assert torch.load(snapshot, weights_only=True)["global_step"] == 17  # every step, here
+    counter = StepCounter()
+    with_callback(monkeypatch, counter)
+    assert call(run, [*argv, "--resume"], capsys)[0] == 0
+    assert_resumed_exactly(straight, tmp_path / "quadratic/version_0", counter, 30 - 17)
+
+
+def test_resuming_a_checkpoint_from_elsewhere_starts_a_new_run_folder(tmp_path, capsys):
+    base = ["quadratic", *TEN_STEPS, "--epochs", "1"]
+    assert main_guard(run.main)([*base, "--output-dir", str(tmp_path / "a")]) == 0
+    assert main_guard(run.main)([*base, "--output-dir", str(tmp_path / "b")]) == 0  # an unrelated run
+    before = (tmp_path / "b/quadratic/version_0/metrics.json").read_text()
+    ckpt = tmp_path / "a/quadratic/version_0/checkpoints/last.ckpt"
+    assert call(run, [*base, "--output-dir", str(tmp_path / "b"), "--resume", str(ckpt)], capsys)[0] == 0
+    assert (tmp_path / "b/quadratic/version_0/metrics.json").read_text() == before  # untouched
+    assert (tmp_path / "b/quadratic/version_1/metrics.json").is_file()
+
+
+def test_the_module_rebuilds_from_every_checkpoint(straight):
+    for path in (straight / "checkpoints").iterdir():
+        module = ImageClassifier.from_checkpoint(path)
+        assert module.hparams.model == "quadratic"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_a_killed_process_resumes_to_the_same_result(tmp_path, how):
+    base = [
+        "quadratic",
+        *TEN_STEPS,
+        "--epochs",
+        "3",
+        "--batch-size",
+        "8",
+        "--checkpoint-every",
+        "7",
+    ]  # 52 steps/epoch
+    straight = run_cli([*base, "--output-dir", str(tmp_path / "a")])
+    assert straight.wait(timeout=900) == 0, straight.stderr.read().decode()[-2000:]
+
+    killed = run_cli([*base, "--output-dir", str(tmp_path / "b")])
+    ckpt = tmp_path / "b/quadratic/version_0/checkpoints/step.ckpt"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if ckpt.is_file():
+            try:
+                step = torch.load(ckpt, weights_only=True)["global_step"]
+            except Exception:
+                step = 0
+            if step >= 70:  # mid-way through epoch 2
+                break
+        time.sleep(0.05)
+    killed.send_signal(getattr(signal, how))
+    code = killed.wait()
+    if how == "SIGKILL":
+        assert code == -signal.SIGKILL, "the run finished before it could be killed"
+    else:
+        message = killed.stderr.read().decode()
+        assert code == 143 and "stopped: SIGTERM at step" in message and "--resume" in message
+    resumed = run_cli([*base, "--output-dir", str(tmp_path / "b"), "--resume"])
+    assert resumed.wait(timeout=900) == 0, resumed.stderr.read().decode()[-2000:]
+
+    a = json.loads((tmp_path / "a/quadratic/version_0/metrics.json").read_text())
+    b = json.loads((tmp_path / "b/quadratic/version_0/metrics.json").read_text())
+    for key in ("best_val_acc", "test_acc", "global_steps", "epochs_completed"):
+        assert a[key] == b[key], key
+    wa = weights(tmp_path / "a/quadratic/version_0/checkpoints/last.ckpt")
+    wb = weights(tmp_path / "b/quadratic/version_0/checkpoints/last.ckpt")
+    for k in wa:
+        torch.testing.assert_close(wb[k], wa[k], rtol=0, atol=0, msg=k)
+
+
+def newer(path: Path, since: float) -> bool:
+    """Whether the file was written after `since` (False when it is gone: a temporary file renamed)."""
+    try:
+        return path.stat().st_mtime > since
+    except FileNotFoundError:
+        return False
+
+
+def wait_for_checkpoint(proc: subprocess.Popen, folder: Path, *, since: float) -> float:
+    """Seconds until a checkpoint newer than `since` appears under `folder` (or the process ends)."""
+    start = time.monotonic()
+    while proc.poll() is None and time.monotonic() - start < 900:
+        if any(newer(p, since) for p in folder.glob("**/*.ckpt")):
+            break
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+@pytest.mark.slow
+def test_chaos_random_kills_then_resumes_end_in_the_same_weights(tmp_path):
+    """SIGKILL at random moments (seeded), three times, each run resumed with --resume auto: the final
+    weights equal the uninterrupted run's, bit for bit."""
+    base = ["quadratic", *TEN_STEPS, "--epochs", "10", "--batch-size", "8", "--checkpoint-every", "3"]
+    start = time.monotonic()
+    straight = run_cli([*base, "--output-dir", str(tmp_path / "a")])
+    first = wait_for_checkpoint(straight, tmp_path / "a", since=time.time())
+    assert straight.wait(timeout=900) == 0, straight.stderr.read().decode()[-2000:]
+    training = time.monotonic() - start - first  # from the first checkpoint to the end
+    # each attempt dies at a random moment within a fifth of that after its own first checkpoint, so
+    # three attempts cannot finish the run, and each dies in training (between or during checkpoint writes)
+    chaos, out = random.Random(0), tmp_path / "b"
+    kills = 0
+    for _ in range(3):
+        proc = run_cli([*base, "--output-dir", str(out), "--resume", "auto"])
+        wait_for_checkpoint(proc, out, since=time.time())
+        time.sleep(chaos.uniform(0, 0.2) * training)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += proc.wait() == -signal.SIGKILL
+    assert kills >= 2, "the run finished before the kills"
+    final = run_cli([*base, "--output-dir", str(out), "--resume", "auto"])
+    assert final.wait(timeout=900) == 0, final.stderr.read().decode()[-2000:]
+    last = max((out / "quadratic").glob("version_*/metrics.json"), key=lambda p: p.stat().st_mtime)
+    wa = weights(tmp_path / "a/quadratic/version_0/checkpoints/last.ckpt")
+    wb = weights(last.parent / "checkpoints/last.ckpt")
+    for k in wa:
+        torch.testing.assert_close(wb[k], wa[k], rtol=0, atol=0, msg=k)

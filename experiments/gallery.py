@@ -1,6 +1,7 @@
 """The gallery of the shipped models: one attention explorer page per model and an index page.
 
     python -m experiments.gallery [--data-dir DIR] [--out weights/gallery] [--only NAME ...]
+                                  [--screenshot NAME PNG]
 
 Each page holds one test image per class (the first of each class in the test split); positional models
 store their maps once (about 0.1 MiB a page); content models store them per image, so their pages hold
@@ -21,6 +22,7 @@ from typing import Any
 import torch
 
 from experiments.cli import DEFAULT_DATA_DIR, ArgumentParser, UserError, check_data_dir, main_guard
+from experiments.explore import screenshot
 from sa_conv.analysis.explorer import explorer_data, write_explorer
 from sa_conv.data.datamodule import CIFAR10DataModule
 from sa_conv.data.sources import DataError
@@ -152,6 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--results", type=Path, default=Path("results"), help="the committed results rows")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="redraw only these models' pages")
+    parser.add_argument(
+        "--screenshot",
+        nargs=2,
+        metavar=("NAME", "PNG"),
+        help="also save NAME's page, as headless Chromium draws it (layer 1, the central query), to PNG",
+    )
     args = parser.parse_args(argv)
     if args.data_dir is not None:
         check_data_dir(args.data_dir)
@@ -172,6 +180,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{pages[name]} ({pages[name].stat().st_size / 2**20:.2f} MiB)")
     write_text(out / "index.html", index_page(models, pages, committed_rows(args.results), out))
     print(out / "index.html")
+    if args.screenshot:
+        name, png = args.screenshot
+        if pages.get(name) is None:
+            raise UserError(f"--screenshot: {name} has no page in the gallery")
+        screenshot(pages[name], Path(png), layer=1, query=None)
+        print(png)
     return 0
 
 

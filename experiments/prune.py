@@ -1,12 +1,17 @@
 """The paper's degenerate-head pruning: prune, evaluate, fine-tune, evaluate.
 
-    python -m experiments.prune CKPT [--data-dir DIR] [--epochs 100] [--lr 0.01] [--json FILE]
+    python -m experiments.prune CKPT [--data-dir DIR] [--epochs 100] [--lr 0.01] [--control SEED]
+                                     [--json FILE]
 
 Degenerate heads (the paper's appendix on the generalized Gaussian): inverse covariance with condition
 number > 1000 or largest eigenvalue < 1e-5; for the quadratic encoding the isotropic rule s^2 < 1e-5.
 They are removed from their layers (their encoding parameters and their block of the output
 projection); the test accuracy is measured before pruning, after it, and after fine-tuning (the paper:
 lr 0.01 for 100 epochs), on the checkpoint's own data unless ``--data-dir`` names other data.
+
+``--control SEED``: the control the paper does not run: as many heads per layer as were pruned, drawn at
+random (seeded) among the layer's non-degenerate heads, removed from the same checkpoint and fine-tuned
+alike; the report compares the two fine-tuned models on the same test images (McNemar's exact test).
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import sys
 from argparse import Namespace
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from experiments.cli import (
     ArgumentParser,
@@ -27,9 +34,11 @@ from experiments.cli import (
     output_folder,
     positive_float,
     positive_int,
+    seed_int,
     trained_model,
 )
 from experiments.cli.memory import MemoryUse
+from sa_conv.analysis.statistics import mcnemar
 from sa_conv.data.datamodule import CIFAR10DataModule
 from sa_conv.models import Backbone
 from sa_conv.nn.surgery import prune_model_heads
@@ -56,6 +65,12 @@ def build_parser() -> ArgumentParser:
     parser.add_argument(
         "--output-dir", type=output_folder, default=Path("runs/pruned"), help="the fine-tuning run"
     )
+    parser.add_argument(
+        "--control",
+        type=seed_int,
+        metavar="SEED",
+        help="also prune as many random healthy heads per layer (drawn with SEED), fine-tuned alike",
+    )
     parser.add_argument("--json", type=output_file, help="also write the report here")
     return parser
 
@@ -75,6 +90,19 @@ def degenerate(backbone: Backbone) -> dict[int, list[int]]:
         if heads:
             found[i] = heads
     return found
+
+
+def random_heads(heads_per_layer: list[int], pruned: dict[int, list[int]], seed: int) -> dict[int, list[int]]:
+    """As many heads of each layer as ``pruned`` holds, drawn with ``seed`` among the others."""
+    generator = torch.Generator().manual_seed(seed)
+    control = {}
+    for layer, heads in pruned.items():
+        others = [h for h in range(heads_per_layer[layer]) if h not in heads]
+        if len(others) < len(heads):
+            raise UserError(f"--control: layer {layer + 1} has fewer healthy heads than degenerate ones")
+        order = torch.randperm(len(others), generator=generator)[: len(heads)]
+        control[layer] = sorted(others[int(i)] for i in order)
+    return control
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,8 +133,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.batch_size is not None:
         config = config.replace(data={"batch_size": args.batch_size})
     datamodule = datamodule_of_checkpoint(ckpt, args, batch_size=args.batch_size)
+    control = random_heads(heads_before, pruned, args.control) if args.control is not None else None
     with MemoryUse(batch_size=config.data.batch_size):
-        report.update(prune_and_fine_tune(module, pruned, config, datamodule, args))
+        result = prune_and_fine_tune(module, pruned, config, datamodule, args)
+        if control is not None:  # the same checkpoint, other heads removed, fine-tuned alike
+            _, fresh = trained_model(args.checkpoint, needs_attention="attention heads")
+            against = prune_and_fine_tune(fresh, control, config, datamodule, args)
+    correct = result.pop("test_correct")
+    report.update(result)
+    if control is not None:
+        control_correct = against.pop("test_correct")
+        only_pruned, only_control, p = mcnemar(
+            [c == "1" for c in correct], [c == "1" for c in control_correct]
+        )
+        report["control"] = {
+            "seed": args.control,
+            "pruned": {str(i + 1): [h + 1 for h in heads] for i, heads in control.items()},
+            **against,
+            "mcnemar": {"only_pruned": only_pruned, "only_control": only_control, "p": p},
+        }
     if args.json:
         write_json(args.json, report)
     print(json.dumps(report, indent=2))
@@ -150,6 +195,7 @@ def prune_and_fine_tune(
         },
         "finetune": {"epochs": args.epochs, "lr": args.lr, "run_dir": summary.run_dir},
         "n_test_images": summary.n_test_images,
+        "test_correct": summary.test_correct,  # which test images the fine-tuned model gets right
     }
 
 

@@ -69,3 +69,39 @@ def test_an_encoding_without_a_rule_is_one_line(tmp_path, capsys):
 def test_prune_bad_options(tmp_path, capsys, extra, match):
     code = main_guard(prune.main)([str(tmp_path / "x.ckpt"), *extra])
     assert code != 0 and match in capsys.readouterr().err
+
+
+def test_the_control_prunes_as_many_healthy_heads_and_is_compared_on_the_same_images(tmp_path, capsys):
+    path = trained(tmp_path, "gaussian")
+    ckpt = torch.load(path, weights_only=True)
+    ckpt["state_dict"]["backbone.blocks.0.attention.encoding.scale"][2] = torch.diag(
+        torch.tensor([1.0, 1e-3])
+    )
+    forced = tmp_path / "forced.ckpt"
+    torch.save(ckpt, forced)
+    report_path = tmp_path / "prune.json"
+    argv = [str(forced), "--epochs", "1", "--limit-train-batches", "2", "--output-dir", str(tmp_path / "ft")]
+    assert main_guard(prune.main)([*argv, "--control", "5", "--json", str(report_path)]) == 0
+    report = json.loads(report_path.read_text())
+    control = report["control"]
+    assert report["pruned"] == {"1": [3]} and control["seed"] == 5
+    (removed,) = control["pruned"]["1"]
+    assert removed != 3 and 1 <= removed <= 4 and list(control["pruned"]) == ["1"]  # one healthy head
+    assert control["heads_after"] == report["heads_after"] == [3, 4]
+    assert control["params_after"] == report["params_after"]
+    assert set(control["accuracy"]) == {"before", "pruned", "finetuned"}
+    assert control["accuracy"]["before"] == report["accuracy"]["before"]  # the same checkpoint
+    runs = sorted(p.name for p in (tmp_path / "ft" / "gaussian").iterdir())
+    assert runs == ["version_0", "version_1"]  # each fine-tuned in a run of its own
+    pruned_correct = json.loads((tmp_path / "ft/gaussian/version_0/metrics.json").read_text())["test_correct"]
+    control_correct = json.loads((tmp_path / "ft/gaussian/version_1/metrics.json").read_text())[
+        "test_correct"
+    ]
+    only_pruned = sum(a == "1" and b == "0" for a, b in zip(pruned_correct, control_correct, strict=True))
+    only_control = sum(a == "0" and b == "1" for a, b in zip(pruned_correct, control_correct, strict=True))
+    assert (
+        control["mcnemar"]["only_pruned"] == only_pruned
+        and control["mcnemar"]["only_control"] == only_control
+    )
+    assert 0 < control["mcnemar"]["p"] <= 1
+    assert "test_correct" not in report and "test_correct" not in control

@@ -12,8 +12,9 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from sa_conv.analysis.centres import centre_plot, layer_centres
 from sa_conv.analysis.curves import grid_formation, locality_over_training, locality_summary
-from sa_conv.analysis.figures import attention_grid, centre_plot, layer_centres, layer_heads
+from sa_conv.analysis.figures import attention_grid, layer_heads
 from sa_conv.analysis.locality import (
     SHARP_MASS,
     gaussian_alpha,

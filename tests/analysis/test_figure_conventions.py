@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+from sa_conv.analysis.centres import centre_plot, layer_centres
 from sa_conv.analysis.curves import grid_formation, locality_over_training
-from sa_conv.analysis.figures import centre_plot, head_title, layer_centres, layer_heads, peak_text
+from sa_conv.analysis.figures import head_title, layer_heads, peak_text
 from sa_conv.nn.encodings import QuadraticEncoding
 
 

@@ -17,6 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from experiments import figures, run
 from experiments.cli import main_guard
+from sa_conv.analysis.centres import centre_plot, layer_centres
 from sa_conv.analysis.curves import (
     learning_curves,
     locality_by_layer,
@@ -25,9 +26,7 @@ from sa_conv.analysis.curves import (
 )
 from sa_conv.analysis.figures import (
     attention_grid,
-    centre_plot,
     conversion_figure,
-    layer_centres,
     layer_heads,
     mass_levels,
     mass_radius,

@@ -15,6 +15,7 @@ from typing import Any
 from experiments.cli import UserError
 from experiments.presets import preset
 from experiments.study.entries import PAPER_TABLE, Entry, entry_config
+from experiments.study.milestones import milestone_lines
 from sa_conv.analysis.flops import analytic_flops
 from sa_conv.analysis.maps import initial_of, layer_summary
 from sa_conv.analysis.statistics import accuracy_stderr, mcnemar, paired_bootstrap
@@ -243,7 +244,8 @@ def markdown(
             "",
         ]
         lines += [progress_line(u) for u in unfinished]
-    return "\n".join([*lines, *seed_mean_lines(rows), *locality_lines(rows), *comparisons(rows)]) + "\n"
+    sections = [*seed_mean_lines(rows), *locality_lines(rows), *milestone_lines(rows, base.epochs)]
+    return "\n".join([*lines, *sections, *comparisons(rows)]) + "\n"
 
 
 def progress_line(state: dict[str, Any]) -> str:

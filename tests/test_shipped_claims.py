@@ -109,6 +109,7 @@ def test_the_committed_accuracy_is_recomputed_from_the_weights(name: str, cifar_
     flips = sum(a != b for a, b in zip(correct, committed, strict=True))
     allowed = 0 if entry["precision"] == "32-true" else 2  # bf16 on other hardware may round otherwise
     assert flips <= allowed, f"{name}: {flips} test images classified otherwise than committed"
+    # the committed accuracy is a float32 mean (0.6955 reads 0.6955000162124634): equal to float32 precision
     assert correct.count("1") / len(correct) == pytest.approx(
-        entry["test_acc"], abs=allowed / len(correct) + 1e-9
+        entry["test_acc"], abs=allowed / len(correct) + 1e-7
     )

@@ -21,7 +21,8 @@ from sa_conv.nn.conversion import conv_to_attention
 from sa_conv.training.module import ImageClassifier
 
 SMALL = {"layers": 2, "hidden": 16, "heads": 9, "ffn": 16, "attn_dropout": 0.0}
-LAYER2_SHIFT = (0, 3)  # every head of layer 2 attends three pixels right of the query
+LAYER2_SHIFT = (0, 3)  # every head of layer 2 but one attends three pixels right of the query
+UNIFORM_HEAD = 4  # layer 2's head 5 attends evenly: no peak
 
 
 def conv_model() -> tuple[ImageClassifier, torch.Tensor]:
@@ -33,7 +34,9 @@ def conv_model() -> tuple[ImageClassifier, torch.Tensor]:
     twin = conv_to_attention(conv).attention  # 9 quadratic heads, alpha 46, centres on the 3 x 3 taps
     module.backbone.blocks[0].attention = twin
     second = module.backbone.blocks[1].attention.encoding
-    second.set_(torch.tensor([LAYER2_SHIFT], dtype=torch.float32).expand(9, 2), 46.0)
+    alpha = torch.full((9,), 46.0)
+    alpha[UNIFORM_HEAD] = 1e-6  # spread evenly: no pixel above 1/256 by more than 0.05%
+    second.set_(torch.tensor([LAYER2_SHIFT], dtype=torch.float32).expand(9, 2), alpha)
     return module, twin.encoding.centres.round().long()
 
 
@@ -146,6 +149,11 @@ def test_the_page_draws_each_head_at_its_tap_from_the_pointed_query(tmp_path):
                 [int(cells.nth(h).get_attribute(a)) for a in ("data-peak-dy", "data-peak-dx")]
                 for h in range(9)
             ]
+            uniform = [cells.nth(h).get_attribute("data-uniform") == "true" for h in range(9)]
+            assert uniform == [layer == 1 and h == UNIFORM_HEAD for h in range(9)], (layer, uniform)
+            if layer == 1:  # a uniform head's argmax is noise: not shown as a peak
+                assert "no peak: uniform" in cells.nth(UNIFORM_HEAD).inner_text()
+                shown.pop(UNIFORM_HEAD), expected.pop(UNIFORM_HEAD)
             assert shown == expected, (layer, shown)
             for h in range(9):
                 drawn = torch.tensor(page.evaluate(f"explorer.values({h})"))

@@ -217,7 +217,8 @@ def test_the_scale_the_table_states() -> None:
         for r in quoted
         if r["hardware"].startswith("AMD EPYC")
     ]
-    assert f"(Intel Xeon; {' and '.join(epyc)} on AMD EPYC)" in text
+    named = ", ".join(epyc[:-1]) + " and " + epyc[-1] if len(epyc) > 1 else epyc[0]
+    assert f"(Intel Xeon; {named} on AMD EPYC)" in text
 
 
 def orderable(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:

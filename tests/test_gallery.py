@@ -75,8 +75,9 @@ def _browser() -> str | None:
     return None
 
 
-def render_all(index: Path) -> list[str]:
-    """Open the index and every page it links in headless Chromium; the script errors met."""
+def render_all(index: Path, models: int) -> list[str]:
+    """Open the index (a row per model, ``models`` of them) and every page it links in headless Chromium;
+    the script errors met."""
     playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
     browser_path = _browser()
     if browser_path is None:
@@ -88,7 +89,8 @@ def render_all(index: Path) -> list[str]:
         view = browser.new_page()
         view.on("pageerror", lambda e: errors.append(f"{view.url}: {e}"))
         view.goto(index.resolve().as_uri())
-        assert view.locator("table tr").count() == len(links_of(index)) + 1
+        assert view.locator("table tr").count() == models + 1  # the header, a row per model
+        assert view.locator("table tr a").count() == len(links_of(index))
         for link in links_of(index):
             view.goto((index.parent / link).resolve().as_uri())
             view.wait_for_selector("body[data-rendered]", state="attached", timeout=60_000)
@@ -100,7 +102,7 @@ def render_all(index: Path) -> list[str]:
 def test_the_gallerys_pages_render_in_chromium(shipped, tmp_path, capsys) -> None:
     out = tmp_path / "gallery"
     assert call(gallery, ["--out", str(out), "--results", str(tmp_path)], capsys)[0] == 0
-    assert render_all(out / "index.html") == []
+    assert render_all(out / "index.html", len(shipped)) == []
 
 
 def test_the_committed_gallery_links_every_shipped_model() -> None:
@@ -113,6 +115,9 @@ def test_the_committed_gallery_links_every_shipped_model() -> None:
     names = [link.removesuffix(".html") for link in links]
     with_attention = [n for n, e in manifest.items() if e["model"] != "resnet18"]
     assert sorted(names) == sorted(with_attention)
+    text = index.read_text()
+    rows = [f"<td>{name}</td>" if name not in with_attention else f">{name}</a></td>" for name in manifest]
+    assert all(row in text for row in rows)  # a row for every model, with a page or not
 
 
 @pytest.mark.slow
@@ -120,4 +125,4 @@ def test_the_committed_gallery_renders_in_chromium() -> None:
     index = REPO / "weights" / "gallery" / "index.html"
     if not index.is_file():
         pytest.skip("no gallery committed")
-    assert render_all(index) == []
+    assert render_all(index, len(json.loads((REPO / "weights" / "manifest.json").read_text()))) == []

@@ -44,6 +44,7 @@ __all__ = [
     "flush_denormals",
     "mixed_precision",
     "precision_plugin",
+    "product_dtype",
     "settle_precision",
     "warn_slow_bf16",
 ]
@@ -231,6 +232,12 @@ class Bf16ProductsInFloat32(TorchDispatchMode):
 def bf16_emulated(device_type: str) -> bool:
     """Whether bf16 products are emulated on ``device_type``: a CPU without native bf16."""
     return device_type == "cpu" and not cpu_has_native_bf16()
+
+
+def product_dtype(precision: str, device_type: str) -> torch.dtype:
+    """The dtype a run's matrix products compute in: bf16 under ``bf16-mixed`` where it is native, float32
+    otherwise (emulated bf16 multiplies in float32): the rate that bounds its steps."""
+    return torch.bfloat16 if precision == "bf16-mixed" and not bf16_emulated(device_type) else torch.float32
 
 
 def emulated_products(device_type: str) -> contextlib.AbstractContextManager:

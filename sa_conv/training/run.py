@@ -37,7 +37,13 @@ from sa_conv.training.checkpoints import (
 )
 from sa_conv.training.config import RunConfig, RunOptions, dump_config
 from sa_conv.training.module import ImageClassifier
-from sa_conv.training.precision import flush_denormals, precision_plugin, settle_precision, warn_slow_bf16
+from sa_conv.training.precision import (
+    flush_denormals,
+    precision_plugin,
+    product_dtype,
+    settle_precision,
+    warn_slow_bf16,
+)
 from sa_conv.training.resume import Resume, check_same_data
 from sa_conv.training.signals import (
     RankRecord,
@@ -309,8 +315,8 @@ def _announce(
     world, pace = trainer.world_size, progress.pace
     batches = datamodule.train_batches(world, trainer.limit_train_batches)
     total = schedule_length(batches, max_epochs=trainer.max_epochs, max_steps=trainer.max_steps)
-    dtype = torch.bfloat16 if config.precision == "bf16-mixed" else torch.float32
-    rate = matmul_flops_per_s(trainer.strategy.root_device, dtype) * world
+    device = trainer.strategy.root_device
+    rate = matmul_flops_per_s(device, product_dtype(config.precision, device.type)) * world
     seconds = flop_projection(
         steps_left=max(total - (resume.step if resume else 0), 0),
         batches_per_epoch=batches,

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from sa_conv.models import MODELS, create_model
+from sa_conv.training import precision
 from sa_conv.training.precision import (
     FLOAT32_ATEN_OPS,
     Bf16ProductsInFloat32,
@@ -157,3 +158,14 @@ def test_layernorm_parameter_gradients_are_float32_sums_under_the_contract() -> 
     contract = grads(mixed_precision("cpu", emulate_bf16=False))
     for got, want in zip(contract, reference, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize(("native", "expected"), [(True, torch.bfloat16), (False, torch.float32)])
+def test_the_projection_times_products_in_the_dtype_they_run_in(
+    monkeypatch: pytest.MonkeyPatch, native: bool, expected: torch.dtype
+) -> None:
+    """bf16 on a CPU without it multiplies in float32 (emulated): its projection takes float32's rate."""
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native)
+    assert precision.product_dtype("bf16-mixed", "cpu") == expected
+    assert precision.product_dtype("32-true", "cpu") == torch.float32
+    assert precision.product_dtype("bf16-mixed", "cuda") == torch.bfloat16

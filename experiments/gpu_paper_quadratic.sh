@@ -8,7 +8,7 @@
 # end) to the same weights as an unbroken run; after MAX_KILLED (default 3) such chunks in a row the script
 # stops. Killed itself (a lost machine), run it again: every chunk is `--resume auto`.
 # Stops after CHUNKS chunks (default: until every epoch is done). The default precision (--precision auto:
-# float32, TF32 products, until bf16 is validated); PRECISION=bf16-mixed for the project's bf16. CIFAR-10 from DATA_DIR (ImageFolder or torchvision root), else data/cifar10-jpeg.tar.gz
+# the project's bf16 on a GPU with bf16, else float32 with TF32 products); PRECISION=32-true for float32. CIFAR-10 from DATA_DIR (ImageFolder or torchvision root), else data/cifar10-jpeg.tar.gz
 # of the checkout, extracted. Runs on a bare machine: python3, PYTHONPATH, no pip.
 # `--device cpu` is a dry run on the CPU at the tiny scale (float32; synthetic images unless DATA_DIR is
 # set); EXTRA_ARGS adds flags of experiments.run to every chunk (e.g. "--epochs 2 --checkpoint-every 5").

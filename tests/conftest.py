@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import sa_conv.utils.machine as machine
+
 pytest_plugins = ["helpers.fixtures"]
 
 SHARED_ARCHIVE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "cifar10-jpeg.tar.gz"
@@ -24,6 +26,21 @@ SHIPPED_WEIGHTS = Path(__file__).resolve().parents[1] / "weights"
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _float32_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This CPU without its native bf16 flags: ``--precision auto`` is float32 in every test on every
+    machine, so runs compare alike; tests of the bf16 default pretend a CPU of their own (``cpu_with``)."""
+
+    def without_bf16(line: str) -> str:
+        if not line.startswith(("flags", "Features")):
+            return line
+        return " ".join(flag for flag in line.split() if flag not in machine.BF16_FLAGS)
+
+    lines = [without_bf16(line) for line in machine._cpuinfo()]
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: lines)
+    monkeypatch.setattr(machine.torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
 
 
 @pytest.fixture(autouse=True)

@@ -58,7 +58,7 @@ class RunConfig:
         None, "Lightning: batches (int) or a fraction (float) of each epoch"
     )
     precision: str = option(
-        "auto", "auto: 32-true on every device until bf16 is validated (recorded by the run); bf16-mixed"
+        "auto", "auto: bf16-mixed where bf16 is native (CUDA GPU, AVX-512 BF16/AMX CPU), else 32-true"
     )
     tf32: bool = option(True, "float32 matrix products on CUDA in TF32 (--no-tf32: strict float32)")
     seed: int = option(0, "weights, data split, augmentation and dropout")

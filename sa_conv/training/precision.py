@@ -290,8 +290,8 @@ def settle_precision(config: RunConfig, accelerator: str, stored: dict[str, Any]
     if stored is None or config.precision != "auto":
         return config.replace(precision=resolve_precision(config.precision, accelerator))
     precision = stored.get("precision", "auto")
-    if precision == "auto":  # written before runs recorded their precision: what auto meant here then
-        precision = resolve_precision("auto", accelerator)
+    if precision == "auto":  # written before runs recorded their precision, all on CPUs: auto was float32
+        precision = "32-true"
     return config.replace(precision=precision)
 
 

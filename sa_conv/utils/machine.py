@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 __all__ = [
+    "BF16_FLAGS",
     "PRECISIONS",
     "check_devices",
     "cpu_flags",
@@ -29,7 +30,7 @@ __all__ = [
 
 PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed")
 # x86: AVX-512 BF16 or AMX-BF16; aarch64: the Armv8.6 BF16 extension (the kernel's "bf16" feature)
-_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 
 
 def _cpuinfo() -> list[str]:
@@ -60,23 +61,27 @@ def cpu_has_native_bf16() -> bool:
     """Whether this CPU computes bfloat16 products natively (AVX-512 BF16, AMX, Arm BF16)."""
     flags = cpu_flags()
     if flags:
-        return bool(flags & _BF16_FLAGS)
+        return bool(flags & BF16_FLAGS)
     # no /proc/cpuinfo (macOS, Windows): ask PyTorch's own probe (private; no public one exists)
     probe = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
     return bool(probe()) if probe is not None else False
 
 
 def resolve_precision(precision: str, accelerator: str) -> str:
-    """``auto`` -> ``32-true`` on every device (TF32 products on CUDA GPUs, unless ``--no-tf32``).
+    """``auto`` -> ``bf16-mixed`` where bf16 is native (a CUDA GPU with bf16, a CPU with AVX-512 BF16, AMX or
+    Arm BF16), else ``32-true`` (TF32 products on older CUDA GPUs, unless ``--no-tf32``).
 
-    Not bf16 until a full run shows the project's bf16 (``sa_conv.training.precision``) trains like float32:
-    plain CPU autocast made the CPU-scale quadratic model diverge at the peak learning rate, because it
-    rounds the LayerNorm outputs, the residual stream, to bf16 (docs/performance.md); the paper trained in
-    float32. ``accelerator``: the device the run asks for.
+    The project's bf16 (``sa_conv.training.precision``) trained the CPU-scale quadratic model like float32
+    over two seeds (docs/performance.md); where it would be emulated it is slower than float32, so never the
+    default there. ``accelerator``: the device the run asks for (``auto``: a GPU if there is one).
     """
     if precision != "auto":
         return precision
-    return "32-true"
+    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
+        native = torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
+    else:
+        native = cpu_has_native_bf16()
+    return "bf16-mixed" if native else "32-true"
 
 
 def check_devices(accelerator: str, devices: int | str) -> None:

@@ -1,4 +1,4 @@
-"""Precision ``auto``: bf16 where the CPU computes it natively, recorded by the run, kept on resume."""
+"""Precision ``auto``: bf16 where the device computes it natively, recorded by the run, kept on resume."""
 
 from __future__ import annotations
 
@@ -40,23 +40,39 @@ def test_arm_bf16_feature_counts(monkeypatch) -> None:
     assert machine.cpu_has_native_bf16()
 
 
-def test_auto_is_float32_on_every_device_until_bf16_is_validated(monkeypatch) -> None:
-    cpu_with(monkeypatch, "amx_bf16")  # even with native bf16
-    assert machine.resolve_precision("auto", "cpu") == "32-true"
+def gpu_with(monkeypatch: pytest.MonkeyPatch, *, bf16: bool) -> None:
+    """Pretend to be a machine with a CUDA GPU, with or without native bf16."""
     monkeypatch.setattr(machine.torch.cuda, "is_available", lambda: True)
-    assert machine.resolve_precision("auto", "gpu") == "32-true"  # TF32 products: the run's tf32 option
+    monkeypatch.setattr(machine.torch.cuda, "is_bf16_supported", lambda including_emulation=True: bf16)
+
+
+def test_auto_is_bf16_where_bf16_is_native_and_float32_elsewhere(monkeypatch) -> None:
+    cpu_with(monkeypatch, "avx512f avx512_bf16")
+    assert machine.resolve_precision("auto", "cpu") == "bf16-mixed"
+    cpu_with(monkeypatch, "avx512f")  # bf16 would be emulated: slower than float32
     assert machine.resolve_precision("auto", "cpu") == "32-true"
+    gpu_with(monkeypatch, bf16=True)
+    assert machine.resolve_precision("auto", "gpu") == "bf16-mixed"
+    assert machine.resolve_precision("auto", "auto") == "bf16-mixed"  # auto: the GPU
+    assert machine.resolve_precision("auto", "cpu") == "32-true"  # the CPU asked for, by name
+    gpu_with(monkeypatch, bf16=False)  # before Ampere: float32 with TF32 products
+    assert machine.resolve_precision("auto", "gpu") == "32-true"
     for explicit in ("32-true", "bf16-mixed"):
         assert machine.resolve_precision(explicit, "cpu") == explicit
 
 
 def test_a_resumed_run_keeps_its_precision(monkeypatch, capsys) -> None:
     config = RunConfig(model="quadratic")  # precision auto
+    cpu_with(monkeypatch, "avx512f")
     assert settle_precision(config, "cpu", {"precision": "bf16-mixed"}).precision == "bf16-mixed"
     assert settle_precision(config, "cpu").precision == "32-true"  # a new run: this machine's choice
-    monkeypatch.setattr(machine.torch.cuda, "is_available", lambda: True)  # a GPU machine would pick bf16
+    cpu_with(monkeypatch, "avx512_bf16")  # a machine that would pick bf16 for a new run
+    assert settle_precision(config, "cpu").precision == "bf16-mixed"
+    assert settle_precision(config, "cpu", {"precision": "32-true"}).precision == "32-true"
+    assert settle_precision(config, "cpu", {"precision": "auto"}).precision == "32-true"  # older runs
+    gpu_with(monkeypatch, bf16=True)
     assert settle_precision(config, "gpu", {"precision": "32-true"}).precision == "32-true"
-    assert settle_precision(config, "gpu", {"precision": "auto"}).precision == "32-true"  # older runs
+    assert settle_precision(config, "gpu", {"precision": "auto"}).precision == "32-true"
     cpu_with(monkeypatch, "avx2")
     warn_slow_bf16(config.replace(precision="bf16-mixed"), "cpu")
     assert "no native bf16" in capsys.readouterr().err  # it says it will be slow

@@ -30,17 +30,11 @@ def _seed() -> None:
 
 @pytest.fixture(autouse=True)
 def _float32_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    """This CPU without its native bf16 flags: ``--precision auto`` is float32 in every test on every
-    machine, so runs compare alike; tests of the bf16 default pretend a CPU of their own (``cpu_with``)."""
-
-    def without_bf16(line: str) -> str:
-        if not line.startswith(("flags", "Features")):
-            return line
-        return " ".join(flag for flag in line.split() if flag not in machine.BF16_FLAGS)
-
-    lines = [without_bf16(line) for line in machine._cpuinfo()]
-    monkeypatch.setattr(machine, "_cpuinfo", lambda: lines)
-    monkeypatch.setattr(machine.torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
+    """No native bf16, CPU or GPU: ``--precision auto`` is float32 in every test on every machine, in this
+    process and the runs it starts, so runs compare alike; tests of the bf16 default pretend a machine of
+    their own (``cpu_with``, ``gpu_with``)."""
+    monkeypatch.setenv("SA_CONV_CPU_BF16", "emulated")
+    monkeypatch.setattr(machine, "cuda_has_native_bf16", lambda: False)
 
 
 @pytest.fixture(autouse=True)

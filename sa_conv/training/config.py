@@ -58,7 +58,9 @@ class RunConfig:
         None, "Lightning: batches (int) or a fraction (float) of each epoch"
     )
     precision: str = option(
-        "auto", "auto: bf16-mixed where bf16 is native (CUDA GPU, AVX-512 BF16/AMX CPU), else 32-true"
+        "auto",
+        "auto: bf16-mixed where bf16 is native (CUDA GPU from Ampere; AVX-512 BF16, AMX, Arm BF16 CPU), "
+        "else 32-true",
     )
     tf32: bool = option(True, "float32 matrix products on CUDA in TF32 (--no-tf32: strict float32)")
     seed: int = option(0, "weights, data split, augmentation and dropout")

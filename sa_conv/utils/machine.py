@@ -21,6 +21,7 @@ __all__ = [
     "cpu_flags",
     "cpu_has_native_bf16",
     "cpu_name",
+    "cuda_has_native_bf16",
     "hardware",
     "matmul_flops_per_s",
     "peak_flops",
@@ -58,13 +59,24 @@ def cpu_flags() -> frozenset[str]:
 
 
 def cpu_has_native_bf16() -> bool:
-    """Whether this CPU computes bfloat16 products natively (AVX-512 BF16, AMX, Arm BF16)."""
+    """Whether this CPU computes bfloat16 products natively (AVX-512 BF16, AMX, Arm BF16); the environment
+    variable ``SA_CONV_CPU_BF16`` (``native`` or ``emulated``) overrides its flags (a VM that hides them)."""
+    override = os.environ.get("SA_CONV_CPU_BF16")
+    if override is not None:
+        if override not in ("native", "emulated"):
+            raise ValueError(f"SA_CONV_CPU_BF16={override!r}: expected native or emulated")
+        return override == "native"
     flags = cpu_flags()
     if flags:
         return bool(flags & BF16_FLAGS)
     # no /proc/cpuinfo (macOS, Windows): ask PyTorch's own probe (private; no public one exists)
     probe = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
     return bool(probe()) if probe is not None else False
+
+
+def cuda_has_native_bf16() -> bool:
+    """Whether the CUDA GPU computes bfloat16 natively (Ampere and later), not through emulation."""
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
 
 
 def resolve_precision(precision: str, accelerator: str) -> str:
@@ -78,7 +90,7 @@ def resolve_precision(precision: str, accelerator: str) -> str:
     if precision != "auto":
         return precision
     if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
-        native = torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
+        native = cuda_has_native_bf16()
     else:
         native = cpu_has_native_bf16()
     return "bf16-mixed" if native else "32-true"

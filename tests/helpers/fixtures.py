@@ -19,3 +19,10 @@ def quick_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def straight(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The uninterrupted run that resumed ones must equal: 3 epochs of 10 steps (``TEN_STEPS``)."""
     return train(tmp_path_factory.mktemp("straight"), "quadratic", *TEN_STEPS, "--epochs", "3")
+
+
+@pytest.fixture(scope="session")
+def straight_bf16(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``straight`` in the project's bf16 (the default where bf16 is native, a GPU's included)."""
+    flags = (*TEN_STEPS, "--epochs", "3", "--precision", "bf16-mixed")
+    return train(tmp_path_factory.mktemp("straight-bf16"), "quadratic", *flags)

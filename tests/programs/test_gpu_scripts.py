@@ -60,8 +60,9 @@ def test_the_gpu_check_dry_run_on_the_cpu(tmp_path):
 
 
 def _python_path() -> dict[str, str]:
-    """The test's own python3 first on PATH (the script calls python3, as on a bare machine)."""
-    return {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    """The test's own python3 first on PATH (the script calls python3, as on a bare machine), and the
+    suite's CPU without native bf16 (conftest)."""
+    return {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "SA_CONV_CPU_BF16": "emulated"}
 
 
 # a one-layer model of the dry run's tiny scale for 3 epochs of 100 steps, a step checkpoint every 3 steps

@@ -21,9 +21,10 @@ TWO_HEADS += ["--batch-size", "32", *QUIET, "--accelerator", "cpu"]
 
 
 def cpu_with(monkeypatch: pytest.MonkeyPatch, flags: str) -> None:
-    """Pretend to be a CPU whose /proc/cpuinfo lists ``flags``."""
+    """Pretend to be a CPU whose /proc/cpuinfo lists ``flags`` (no override in the environment)."""
     lines = ["model name\t: Test CPU", f"flags\t\t: fpu sse2 avx2 {flags}"]
     monkeypatch.setattr(machine, "_cpuinfo", lambda: lines)
+    monkeypatch.delenv("SA_CONV_CPU_BF16", raising=False)
 
 
 @pytest.mark.parametrize(
@@ -36,14 +37,40 @@ def test_native_bf16_is_read_from_the_cpus_flags(monkeypatch, flags, native) -> 
 
 
 def test_arm_bf16_feature_counts(monkeypatch) -> None:
+    cpu_with(monkeypatch, "")
     monkeypatch.setattr(machine, "_cpuinfo", lambda: ["Features\t: fp asimd bf16 i8mm"])
     assert machine.cpu_has_native_bf16()
 
 
+def test_the_environment_overrides_the_flags(monkeypatch) -> None:
+    cpu_with(monkeypatch, "avx2")
+    monkeypatch.setenv("SA_CONV_CPU_BF16", "native")
+    assert machine.cpu_has_native_bf16() and machine.resolve_precision("auto", "cpu") == "bf16-mixed"
+    cpu_with(monkeypatch, "amx_bf16")
+    monkeypatch.setenv("SA_CONV_CPU_BF16", "emulated")
+    assert not machine.cpu_has_native_bf16() and machine.resolve_precision("auto", "cpu") == "32-true"
+    monkeypatch.setenv("SA_CONV_CPU_BF16", "yes")
+    with pytest.raises(ValueError, match="SA_CONV_CPU_BF16='yes': expected native or emulated"):
+        machine.cpu_has_native_bf16()
+
+
+def test_tests_see_no_native_bf16_on_any_machine() -> None:
+    """The suite's own default (conftest): float32 wherever it runs, GPU or CPU with AMX alike."""
+    assert not machine.cpu_has_native_bf16() and not machine.cuda_has_native_bf16()
+    assert machine.resolve_precision("auto", "cpu") == machine.resolve_precision("auto", "auto") == "32-true"
+
+
+REAL_CUDA_BF16 = machine.cuda_has_native_bf16
+
+
 def gpu_with(monkeypatch: pytest.MonkeyPatch, *, bf16: bool) -> None:
-    """Pretend to be a machine with a CUDA GPU, with or without native bf16."""
+    """Pretend to be a machine with a CUDA GPU, with or without native bf16 (without it, PyTorch still
+    says bf16 is supported unless asked to leave emulation out)."""
+    monkeypatch.setattr(machine, "cuda_has_native_bf16", REAL_CUDA_BF16)
     monkeypatch.setattr(machine.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(machine.torch.cuda, "is_bf16_supported", lambda including_emulation=True: bf16)
+    monkeypatch.setattr(
+        machine.torch.cuda, "is_bf16_supported", lambda including_emulation=True: bf16 or including_emulation
+    )
 
 
 def test_auto_is_bf16_where_bf16_is_native_and_float32_elsewhere(monkeypatch) -> None:
@@ -53,6 +80,7 @@ def test_auto_is_bf16_where_bf16_is_native_and_float32_elsewhere(monkeypatch) ->
     assert machine.resolve_precision("auto", "cpu") == "32-true"
     gpu_with(monkeypatch, bf16=True)
     assert machine.resolve_precision("auto", "gpu") == "bf16-mixed"
+    assert machine.resolve_precision("auto", "cuda") == "bf16-mixed"  # a torch device's type
     assert machine.resolve_precision("auto", "auto") == "bf16-mixed"  # auto: the GPU
     assert machine.resolve_precision("auto", "cpu") == "32-true"  # the CPU asked for, by name
     gpu_with(monkeypatch, bf16=False)  # before Ampere: float32 with TF32 products
@@ -83,6 +111,15 @@ def test_auto_matches_any_recorded_precision_but_an_explicit_one_must_agree() ->
     assert config_difference(stored, RunConfig(model="quadratic").to_dict()) == []
     differs = config_difference(stored, RunConfig(model="quadratic", precision="32-true").to_dict())
     assert differs == ["precision='bf16-mixed' (now: '32-true')"]
+
+
+@pytest.mark.parametrize(("flags", "expected"), [("avx512_bf16", "bf16-mixed"), ("avx2", "32-true")])
+def test_a_new_run_in_auto_trains_in_its_machines_default(tmp_path: Path, monkeypatch, flags, expected):
+    cpu_with(monkeypatch, flags)
+    assert main_guard(run.main)([*TWO_HEADS, "--output-dir", str(tmp_path)]) == 0
+    run_dir = tmp_path / "quadratic" / "version_0"
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["precision"] == expected
+    assert run_config_of(read_checkpoint(run_dir / "checkpoints" / "last.ckpt"))["precision"] == expected
 
 
 def test_the_run_records_its_precision_and_resumes_in_it(tmp_path: Path, monkeypatch, capsys) -> None:

@@ -38,6 +38,28 @@ def test_a_crash_resumes_exactly_from_the_epoch_end_checkpoint(
     assert_resumed_exactly(straight, tmp_path / "quadratic/version_0", counter, remaining)
 
 
+def test_a_bf16_run_resumes_exactly(straight_bf16, tmp_path, monkeypatch, capsys):
+    argv = [
+        "quadratic",
+        *TEN_STEPS,
+        "--epochs",
+        "3",
+        "--output-dir",
+        str(tmp_path),
+        "--precision",
+        "bf16-mixed",
+    ]
+    with monkeypatch.context() as patch:
+        with_callback(patch, StepCounter(14, "crash"))
+        with pytest.raises(RuntimeError, match="went away"):
+            run.main(argv)
+    counter = StepCounter()
+    with_callback(monkeypatch, counter)
+    code, out, _ = call(run, [*argv, "--resume"], capsys)
+    assert code == 0 and "resuming from" in out and "precision bf16-mixed" in out
+    assert_resumed_exactly(straight_bf16, tmp_path / "quadratic/version_0", counter, 20)
+
+
 def test_a_time_snapshot_resumes_exactly(straight, tmp_path, monkeypatch, capsys):
     argv = ["quadratic", *TEN_STEPS, "--epochs", "3", "--output-dir", str(tmp_path)]
     argv += ["--snapshot-minutes", "1e-9"]

@@ -61,8 +61,8 @@ def cpu_flags() -> frozenset[str]:
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU computes bfloat16 products natively (AVX-512 BF16, AMX, Arm BF16); the environment
     variable ``SA_CONV_CPU_BF16`` (``native`` or ``emulated``) overrides its flags (a VM that hides them)."""
-    override = os.environ.get("SA_CONV_CPU_BF16")
-    if override is not None:
+    override = os.environ.get("SA_CONV_CPU_BF16")  # empty: unset
+    if override:
         if override not in ("native", "emulated"):
             raise ValueError(f"SA_CONV_CPU_BF16={override!r}: expected native or emulated")
         return override == "native"

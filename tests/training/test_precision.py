@@ -49,6 +49,8 @@ def test_the_environment_overrides_the_flags(monkeypatch) -> None:
     cpu_with(monkeypatch, "amx_bf16")
     monkeypatch.setenv("SA_CONV_CPU_BF16", "emulated")
     assert not machine.cpu_has_native_bf16() and machine.resolve_precision("auto", "cpu") == "32-true"
+    monkeypatch.setenv("SA_CONV_CPU_BF16", "")  # set empty: as unset, the flags decide
+    assert machine.cpu_has_native_bf16()
     monkeypatch.setenv("SA_CONV_CPU_BF16", "yes")
     with pytest.raises(ValueError, match="SA_CONV_CPU_BF16='yes': expected native or emulated"):
         machine.cpu_has_native_bf16()

@@ -92,6 +92,23 @@ def degenerate(backbone: Backbone) -> dict[int, list[int]]:
     return found
 
 
+def nearest_to_degenerate(backbone: Backbone) -> dict[str, dict[str, float]]:
+    """Per layer (numbered from 1), how near its heads come to the rule: the largest condition number and
+    the smallest largest eigenvalue of their inverse covariances (the rule: above 1000, below 1e-5)."""
+    nearest = {}
+    for i, encoding in enumerate(backbone.encodings()):
+        gaussians = encoding.head_gaussians() if encoding is not None else None
+        if gaussians is None:
+            continue
+        eig = torch.linalg.eigvalsh(gaussians[1].double())  # (heads, 2) ascending
+        condition = eig[:, 1] / eig[:, 0].clamp_min(torch.finfo(torch.float64).tiny)
+        nearest[str(i + 1)] = {
+            "max_condition": float(condition.max()),
+            "min_largest_eigenvalue": float(eig[:, 1].min()),
+        }
+    return nearest
+
+
 def random_heads(heads_per_layer: list[int], pruned: dict[int, list[int]], seed: int) -> dict[int, list[int]]:
     """As many heads of each layer as ``pruned`` holds, drawn with ``seed`` among the others."""
     generator = torch.Generator().manual_seed(seed)
@@ -120,11 +137,17 @@ def main(argv: list[str] | None = None) -> int:
         "pruned": {str(i + 1): [h + 1 for h in heads] for i, heads in pruned.items()},  # layers, heads from 1
         "heads_before": heads_before,
         "params_before": params_before,
+        "nearest_to_degenerate": nearest_to_degenerate(backbone),
     }
     if not pruned:
         print(
             f"{config.model}: no degenerate head in {len(heads_before)} layers "
-            f"({sum(heads_before)} heads): nothing to prune"
+            f"({sum(heads_before)} heads): nothing to prune; nearest per layer: "
+            + ", ".join(
+                f"layer {layer} condition {n['max_condition']:.3g}, "
+                f"largest eigenvalue {n['min_largest_eigenvalue']:.3g}"
+                for layer, n in report["nearest_to_degenerate"].items()
+            )
         )
         report.update(heads_after=heads_before, params_after=params_before)
         if args.json:

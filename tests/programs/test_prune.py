@@ -33,6 +33,9 @@ def test_degenerate_heads_are_pruned_and_fine_tuned(tmp_path, capsys):
     report = json.loads(report_path.read_text())
     assert report["pruned"] == {"1": [3], "2": [1]}  # numbered from 1, as in the figures
     assert report["rule"].startswith("condition number > 1000")  # the generalized Gaussian's rule
+    nearest = report["nearest_to_degenerate"]  # the forced heads are each layer's nearest to the rule
+    assert nearest["1"]["max_condition"] == pytest.approx(1e6, rel=1e-6)
+    assert nearest["2"]["min_largest_eigenvalue"] == pytest.approx(1e-6, rel=1e-6)
     assert report["heads_before"] == [4, 4] and report["heads_after"] == [3, 3]
     assert report["params_before"] - report["params_after"] == 2 * (
         16 * 16 + 2 + 4
@@ -52,6 +55,12 @@ def test_no_degenerate_head_says_so(tmp_path, capsys):
     assert "no degenerate head" in capsys.readouterr().out
     report = json.loads(report_path.read_text())
     assert report["pruned"] == {} and report["rule"].startswith("s^2 < 1e-5")  # the quadratic's own rule
+    ckpt = torch.load(path, weights_only=True)
+    for layer in ("1", "2"):  # isotropic heads: condition 1, the rule's eigenvalue the smallest s^2
+        spread = ckpt["state_dict"][f"backbone.blocks.{int(layer) - 1}.attention.encoding.spread"]
+        nearest = report["nearest_to_degenerate"][layer]
+        assert nearest["max_condition"] == pytest.approx(1.0)
+        assert nearest["min_largest_eigenvalue"] == pytest.approx(float(spread.square().min()), rel=1e-6)
 
 
 def test_an_encoding_without_a_rule_is_one_line(tmp_path, capsys):

@@ -41,6 +41,7 @@ from experiments.cli.memory import MemoryUse
 from sa_conv.analysis.statistics import mcnemar
 from sa_conv.data.datamodule import CIFAR10DataModule
 from sa_conv.models import Backbone
+from sa_conv.nn.encodings import spectrum
 from sa_conv.nn.surgery import prune_model_heads
 from sa_conv.training.config import RunConfig, RunOptions
 from sa_conv.training.evaluation import evaluate
@@ -100,11 +101,10 @@ def nearest_to_degenerate(backbone: Backbone) -> dict[str, dict[str, float]]:
         gaussians = encoding.head_gaussians() if encoding is not None else None
         if gaussians is None:
             continue
-        eig = torch.linalg.eigvalsh(gaussians[1].double())  # (heads, 2) ascending
-        condition = eig[:, 1] / eig[:, 0].clamp_min(torch.finfo(torch.float64).tiny)
+        condition, largest = spectrum(gaussians[1])
         nearest[str(i + 1)] = {
             "max_condition": float(condition.max()),
-            "min_largest_eigenvalue": float(eig[:, 1].min()),
+            "min_largest_eigenvalue": float(largest.min()),
         }
     return nearest
 

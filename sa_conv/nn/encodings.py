@@ -34,6 +34,7 @@ __all__ = [
     "QuadraticEncoding",
     "interior_queries",
     "relative_shifts",
+    "spectrum",
 ]
 
 
@@ -209,9 +210,7 @@ class GaussianEncoding(PositionalEncoding):
     def degenerate_heads(self, max_condition: float = 1000.0, min_eigenvalue: float = 1e-5) -> Tensor:
         """Boolean ``(heads,)``: inverse covariance with condition number > 1000 or largest
         eigenvalue < 1e-5 (the paper's pruning rule)."""
-        eig = torch.linalg.eigvalsh(self.inverse_covariance.double())  # (heads, 2) ascending
-        small, large = eig[:, 0].clamp_min(0), eig[:, 1]
-        condition = large / small.clamp_min(torch.finfo(torch.float64).tiny)
+        condition, large = spectrum(self.inverse_covariance)
         return ((condition > max_condition) | (large < min_eigenvalue)).to(self.centres.device)
 
     def head_gaussians(self) -> tuple[Tensor, Tensor]:
@@ -222,6 +221,15 @@ class GaussianEncoding(PositionalEncoding):
         diff = delta[None] - self.centres[:, None, None, :]  # (heads, N, N, 2)
         quad = torch.einsum("hqki,hij,hqkj->hqk", diff, self.inverse_covariance, diff)
         return -0.5 * quad  # (heads, N, N)
+
+
+@torch.no_grad()
+def spectrum(inverse_covariance: Tensor) -> tuple[Tensor, Tensor]:
+    """Condition number and largest eigenvalue, each ``(heads,)`` in float64, of ``(heads, 2, 2)`` inverse
+    covariances: what the paper's pruning rule reads."""
+    eig = torch.linalg.eigvalsh(inverse_covariance.double())  # (heads, 2) ascending
+    small, large = eig[:, 0].clamp_min(0), eig[:, 1]
+    return large / small.clamp_min(torch.finfo(torch.float64).tiny), large
 
 
 class LearnedRelativeEncoding(PositionalEncoding):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.verdicts import forms_grid, long_rows, verdict
 
 from experiments.study.entries import STUDIES
 
@@ -136,12 +137,25 @@ def learned_vs_content() -> list[str]:
     ]
 
 
+def grid_with_more_training() -> list[str]:
+    rows, unfinished = long_rows("small", "quadratic-60ep")
+    (epochs,) = {r["epochs"] for r in rows}
+    return [
+        verdict({r["seed"]: forms_grid(r) for r in rows}, unfinished),
+        f"at `small` in {epochs} epochs",
+        " and ".join(
+            f"{sharp([r])} sharp heads on {r['layers'][0]['sharp_distinct_taps']} distinct taps" for r in rows
+        ),
+    ]
+
+
 # the start of each row's claim cell -> the texts its "at this scale" and "number" cells hold
 CLAIMS: dict[str, Callable[[], list[str]]] = {
     "Theorem 1:": theorem1,
     "first-layer quadratic heads": quadratic_localizes,
     "deeper layers attend wider": deeper_layers_wider,
     "with 16 heads": sixteen_heads,
+    "with 4x the training": grid_with_more_training,
     "learned relative heads localize": learned_localizes,
     "Table 1: quadratic attention matches ResNet18": resnet_vs_quadratic,
     "Table 1: quadratic above learned relative": quadratic_vs_learned,
@@ -213,7 +227,7 @@ def test_the_scale_the_table_states() -> None:
     machines = {r["hardware"].split(" (")[0] for r in rows}
     assert machines == {"Intel(R) Xeon(R) Processor", "AMD EPYC"}
     # the rows the table quotes that ran on the other CPU, named: "quadratic seed 0 and learned-content"
-    quoted_models = ("quadratic", "learned", "resnet18", "learned-content")
+    quoted_models = ("quadratic", "learned", "resnet18", "learned-content", "quadratic-60ep")
     quoted = [r for r in results("small") if r["name"] in quoted_models]
     seeds_of = Counter(r["name"] for r in quoted)
     epyc = [
@@ -254,3 +268,10 @@ def test_no_ordering_where_the_table_claims_none(key: str, first: str, second: s
     row = row_for(key)
     assert "no ordering" in row[1] or "order neither" in row[1]
     assert not orderable(runs("small", first), runs("small", second)), f"{key}: the rule now orders them"
+
+
+def test_the_grid_row_leads_with_its_verdict() -> None:
+    """The verdict is the cell's first words ("reproduced (...)" is also inside "not reproduced (...)")."""
+    said = grid_with_more_training()[0]
+    row = row_for("with 4x the training")
+    assert row[1].startswith(said), f"the grid row's verdict is {said!r}; it says {row[1]!r}"

@@ -1,0 +1,137 @@
+"""docs/results.md "Does the grid form?": each verdict on the longer runs, held to results/<scale>.json.
+
+The section's verdict table asks the grid issue's questions, each with its threshold. For each question
+``QUESTIONS`` formats, from the committed rows of the longer runs, the numbers the row must quote and
+decides the verdict by the threshold, so the test fails when a number changes (in the docs or in the JSON),
+when a verdict is not the one its numbers give, or when a number is written into the table that no results
+file backs. Seeds of an entry with no row yet must be named as not finished.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from itertools import takewhile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.verdicts import GRID_HEADS, MOVED_PX, forms_grid, long_rows, verdict
+
+from experiments.study.milestones import at_milestones
+
+REPO = Path(__file__).resolve().parents[1]
+SECTION = "## Does the grid form?"
+TABLE = "| question (threshold) | verdict | numbers |"
+BUDGET = 15  # the study's epochs: the milestones of a longer run are its multiples
+
+
+def curve(row: dict[str, Any], key: str, form: str = "{}") -> str:
+    """Layer 1's ``key`` at every multiple of the study's budget: ``5 / 6 / 6 / 6``."""
+    return " / ".join(form.format(s["layers"][0][key]) for _, s in at_milestones(row, BUDGET))
+
+
+def grid_in_layer1() -> list[str]:
+    rows, unfinished = long_rows("small", "quadratic-60ep")
+    texts = [verdict({r["seed"]: forms_grid(r) for r in rows}, unfinished)]
+    for r in rows:
+        epochs = "/".join(str(e) for e, _ in at_milestones(r, BUDGET))
+        layer = r["layers"][0]
+        texts.append(
+            f"seed {r['seed']}: {layer['sharp_heads']} sharp heads on {layer['sharp_distinct_taps']} "
+            f"distinct taps at {r['epochs']} epochs"
+        )
+        texts.append(
+            f"at {epochs} epochs: sharp heads {curve(r, 'sharp_heads')}, "
+            f"distinct taps {curve(r, 'sharp_distinct_taps')}"
+        )
+    return texts
+
+
+def centres_move() -> list[str]:
+    rows, unfinished = long_rows("small", "quadratic-60ep")
+    passed = {r["seed"]: r["layers"][0]["median_displacement"] >= MOVED_PX for r in rows}
+    texts = [verdict(passed, unfinished)]
+    for r in rows:
+        moved = [f"{layer['median_displacement']:.2f}" for layer in r["layers"]]
+        texts.append(f"seed {r['seed']}: layer 1 {moved[0]} px, layer 2 {moved[1]} px")
+        texts.append(f"layer 1 over training {curve(r, 'median_displacement', '{:.2f}')} px")
+    return texts
+
+
+def no_overlap() -> list[str]:
+    rows, unfinished = long_rows("small", "quadratic-60ep")
+    passed = {
+        r["seed"]: r["layers"][0]["sharp_distinct_taps"] == r["layers"][0]["sharp_heads"] > 0 for r in rows
+    }
+    texts = [verdict(passed, unfinished)]
+    for r in rows:
+        layer = r["layers"][0]
+        taps = ", ".join(f"({y}, {x})" for y, x in sorted({tuple(t) for t in layer["sharp_taps"]}))
+        texts.append(f"seed {r['seed']}: taps {taps}")
+        texts.append(f"overlap {layer['overlap']:.2f}")
+    return texts
+
+
+# the start of each question's cell -> its verdict (the verdict cell starts with it), then the texts its
+# numbers cell holds
+QUESTIONS: dict[str, Callable[[], list[str]]] = {
+    "layer 1 of `small` forms a grid": grid_in_layer1,
+    "the centres move": centres_move,
+    "the sharp heads do not overlap": no_overlap,
+}
+
+
+def table_rows() -> list[list[str]]:
+    """The body rows, as cells, of the section's verdict table."""
+    text = (REPO / "docs" / "results.md").read_text()
+    assert text.count(SECTION) == 1, f"docs/results.md has no single {SECTION!r} section"
+    body = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
+    assert body.count(TABLE) == 1, f"the section has no single table headed {TABLE!r}"
+    separator, *table = takewhile(
+        lambda line: line.startswith("|"), body.split(TABLE, 1)[1].strip().splitlines()
+    )
+    assert set(separator.replace("|", "").split()) == {"---"}
+    return [[cell.strip() for cell in line.strip().strip("|").split(" | ")] for line in table]
+
+
+def test_every_question_has_one_row_and_no_other() -> None:
+    rows = table_rows()
+    assert len(rows) == len(QUESTIONS), f"the table has {len(rows)} rows, QUESTIONS {len(QUESTIONS)}"
+    for row in rows:
+        assert len(row) == 3, f"a row of three cells (question, verdict, numbers): {row}"
+        assert [key for key in QUESTIONS if row[0].startswith(key)], f"no question starts {row[0]!r}"
+
+
+@pytest.mark.parametrize("key", list(QUESTIONS))
+def test_verdict_and_numbers_equal_their_json(key: str) -> None:
+    (row,) = (r for r in table_rows() if r[0].startswith(key))
+    cells = " | ".join(row[1:])
+    rest = cells
+    said, *numbers = QUESTIONS[key]()
+    assert row[1].startswith(said), (
+        f"row {key!r}: the verdict its numbers give is {said!r}; it says {row[1]!r}"
+    )
+    for expected in [said, *numbers]:
+        assert expected in cells, f"row {key!r} should read {expected!r}; it has: {cells!r}"
+        rest = rest.replace(expected, " ")
+    stray = re.findall(r"[^\s|]*\d[^\s|]*", rest)
+    assert not stray, f"row {key!r} quotes {stray}, which no results file backs here (add it to QUESTIONS)"
+
+
+def test_the_thresholds_the_questions_state() -> None:
+    questions = " ".join(" ".join(r[0] for r in table_rows()).split())
+    assert f"at least {GRID_HEADS} sharp heads on at least {GRID_HEADS} distinct taps" in questions
+    assert f"at least {MOVED_PX:g} pixel" in questions
+
+
+@pytest.mark.parametrize(
+    ("passed", "unfinished", "expected"),
+    [
+        ({0: True}, [1], "reproduced (seed 0; seed 1 not finished)"),
+        ({0: False, 1: False}, [], "not reproduced (seeds 0, 1)"),
+        ({0: False, 1: True}, [], "reproduced in seed 1 only (seeds 0, 1)"),
+    ],
+)
+def test_verdict_words(passed: dict[int, bool], unfinished: list[int], expected: str) -> None:
+    assert verdict(passed, unfinished) == expected

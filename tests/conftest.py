@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,13 +29,16 @@ def _seed() -> None:
     torch.manual_seed(0)
 
 
-@pytest.fixture(autouse=True)
-def _float32_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(autouse=True, scope="session")
+def _float32_by_default() -> Iterator[None]:
     """No native bf16, CPU or GPU: ``--precision auto`` is float32 in every test on every machine, in this
     process and the runs it starts, so runs compare alike; tests of the bf16 default pretend a machine of
-    their own (``cpu_with``, ``gpu_with``)."""
-    monkeypatch.setenv("SA_CONV_CPU_BF16", "emulated")
-    monkeypatch.setattr(machine, "cuda_has_native_bf16", lambda: False)
+    their own (``cpu_with``, ``gpu_with``). Session-wide, so that the runs module- and session-scoped
+    fixtures train (set up before any test's own fixtures) are float32 too on a CPU with native bf16."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SA_CONV_CPU_BF16", "emulated")
+        patch.setattr(machine, "cuda_has_native_bf16", lambda: False)
+        yield
 
 
 @pytest.fixture(autouse=True)

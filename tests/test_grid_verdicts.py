@@ -12,15 +12,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from itertools import takewhile
-from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import REPO
 from helpers.verdicts import GRID_HEADS, MOVED_PX, forms_grid, long_rows, verdict
 
 from experiments.study.milestones import at_milestones
 
-REPO = Path(__file__).resolve().parents[1]
 SECTION = "## Does the grid form?"
 TABLE = "| question (threshold) | verdict | numbers |"
 BUDGET = 15  # the study's epochs: the milestones of a longer run are its multiples

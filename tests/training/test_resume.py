@@ -109,17 +109,7 @@ def test_a_killed_process_resumes_to_the_same_result(tmp_path, how):
     assert straight.wait(timeout=900) == 0, straight.stderr.read().decode()[-2000:]
 
     killed = run_cli([*base, "--output-dir", str(tmp_path / "b")])
-    ckpt = tmp_path / "b/quadratic/version_0/checkpoints/step.ckpt"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if ckpt.is_file():
-            try:
-                step = torch.load(ckpt, weights_only=True)["global_step"]
-            except Exception:
-                step = 0
-            if step >= 70:  # mid-way through epoch 2
-                break
-        time.sleep(0.05)
+    wait_for_step(killed, tmp_path / "b", 70)  # mid-way through epoch 2
     killed.send_signal(getattr(signal, how))
     code = killed.wait()
     if how == "SIGKILL":
@@ -140,22 +130,28 @@ def test_a_killed_process_resumes_to_the_same_result(tmp_path, how):
         torch.testing.assert_close(wb[k], wa[k], rtol=0, atol=0, msg=k)
 
 
-def newer(path: Path, since: float) -> bool:
-    """Whether the file was written after `since` (False when it is gone: a temporary file renamed)."""
+def mtime(path: Path) -> float:
+    """When the file was last written (0 when it is gone: a checkpoint replaced in place)."""
     try:
-        return path.stat().st_mtime > since
+        return path.stat().st_mtime
     except FileNotFoundError:
-        return False
+        return 0.0
 
 
-def wait_for_checkpoint(proc: subprocess.Popen, folder: Path, *, since: float) -> float:
-    """Seconds until a checkpoint newer than `since` appears under `folder` (or the process ends)."""
-    start = time.monotonic()
-    while proc.poll() is None and time.monotonic() - start < 900:
-        if any(newer(p, since) for p in folder.glob("**/*.ckpt")):
-            break
-        time.sleep(0.05)
-    return time.monotonic() - start
+def latest_step(folder: Path) -> int:
+    """The training step of the newest step checkpoint under `folder` (-1 before the first one)."""
+    ckpts = sorted(folder.glob("**/step.ckpt"), key=mtime)
+    try:
+        return int(torch.load(ckpts[-1], weights_only=True)["global_step"]) if ckpts else -1
+    except (OSError, RuntimeError, EOFError, KeyError):  # replaced while read: the next poll reads it
+        return -1
+
+
+def wait_for_step(proc: subprocess.Popen, folder: Path, step: int) -> None:
+    """Wait until a step checkpoint at `step` or later is under `folder` (or the process ends)."""
+    deadline = time.monotonic() + 900
+    while proc.poll() is None and time.monotonic() < deadline and latest_step(folder) < step:
+        time.sleep(0.02)
 
 
 @pytest.mark.slow
@@ -163,23 +159,28 @@ def test_chaos_random_kills_then_resumes_end_in_the_same_weights(tmp_path):
     """SIGKILL at random moments (seeded), three times, each run resumed with --resume auto: the final
     weights equal the uninterrupted run's, bit for bit."""
     base = ["quadratic", *TEN_STEPS, "--epochs", "10", "--batch-size", "8", "--checkpoint-every", "3"]
-    start = time.monotonic()
     straight = run_cli([*base, "--output-dir", str(tmp_path / "a")])
-    first = wait_for_checkpoint(straight, tmp_path / "a", since=time.time())
     assert straight.wait(timeout=900) == 0, straight.stderr.read().decode()[-2000:]
-    training = time.monotonic() - start - first  # from the first checkpoint to the end
-    # each attempt dies at a random moment within a fifth of that after its own first checkpoint, so
-    # three attempts cannot finish the run, and each dies in training (between or during checkpoint writes)
+    total = 10 * 52  # 52 steps per epoch
+    # each attempt trains a random number of steps (at most a fifth of the run) past its first step
+    # checkpoint, then dies a random moment later, within three steps at its own pace: between or
+    # during checkpoint writes. Kills follow each attempt's progress, not the clock, so a busy or idle
+    # machine changes nothing, and three attempts cannot finish the run.
     chaos, out = random.Random(0), tmp_path / "b"
     kills = 0
     for _ in range(3):
         proc = run_cli([*base, "--output-dir", str(out), "--resume", "auto"])
-        wait_for_checkpoint(proc, out, since=time.time())
-        time.sleep(chaos.uniform(0, 0.2) * training)
+        since = latest_step(out)
+        wait_for_step(proc, out, since + 1)
+        begin, first = time.monotonic(), latest_step(out)
+        target = first + chaos.randint(3, total // 5)
+        wait_for_step(proc, out, target)
+        pace = (time.monotonic() - begin) / (target - first)  # seconds per step, this attempt's own
+        time.sleep(chaos.uniform(0, 3) * pace)
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             kills += proc.wait() == -signal.SIGKILL
-    assert kills >= 2, "the run finished before the kills"
+    assert kills == 3, "a run finished before its kill"
     final = run_cli([*base, "--output-dir", str(out), "--resume", "auto"])
     assert final.wait(timeout=900) == 0, final.stderr.read().decode()[-2000:]
     last = max((out / "quadratic").glob("version_*/metrics.json"), key=lambda p: p.stat().st_mtime)

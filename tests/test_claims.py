@@ -224,19 +224,32 @@ def test_the_scale_the_table_states() -> None:
     assert len(epochs) == 1 and f"for {epochs.pop()} epochs" in text
     images = {r["n_test_images"] for r in rows}
     assert len(images) == 1 and f"holds {images.pop():,} JPEG images" in text
-    machines = {r["hardware"].split(" (")[0] for r in rows}
-    assert machines == {"Intel(R) Xeon(R) Processor", "AMD EPYC"}
-    # the rows the table quotes that ran on the other CPU, named: "quadratic seed 0 and learned-content"
-    quoted_models = ("quadratic", "learned", "resnet18", "learned-content", "quadratic-60ep")
-    quoted = [r for r in results("small") if r["name"] in quoted_models]
-    seeds_of = Counter(r["name"] for r in quoted)
-    epyc = [
-        r["name"] if seeds_of[r["name"]] == 1 else f"{r['name']} seed {r['seed']}"
-        for r in quoted
-        if r["hardware"].startswith("AMD EPYC")
-    ]
-    named = ", ".join(epyc[:-1]) + " and " + epyc[-1] if len(epyc) > 1 else epyc[0]
-    assert f"(Intel Xeon; {named} on AMD EPYC)" in text
+    assert f"({machines_of_the_rows()})" in text
+
+
+CPU = {"Intel(R) Xeon(R) Processor": "Intel Xeon", "AMD EPYC": "AMD EPYC"}
+
+
+def machines_of_the_rows() -> str:
+    """Where each study's rows ran, as README's opening says it: "the `small` rows on AMD EPYC, the `small6`
+    rows on Intel Xeon"; a study's rows on a second CPU are named, "(quadratic seed 0 on AMD EPYC)"."""
+    parts = []
+    for scale in ("small", "small6"):
+        rows = results(scale)
+        cpu = [CPU[r["hardware"].split(" (")[0]] for r in rows]
+        usual, *others = [m for m, _ in Counter(cpu).most_common()]
+        seeds_of = Counter(r["name"] for r in rows)
+        part = f"the `{scale}` rows on {usual}"
+        for other in others:
+            named = [
+                r["name"] if seeds_of[r["name"]] == 1 else f"{r['name']} seed {r['seed']}"
+                for r, m in zip(rows, cpu, strict=True)
+                if m == other
+            ]
+            listed = ", ".join(named[:-1]) + " and " + named[-1] if len(named) > 1 else named[0]
+            part += f" ({listed} on {other})"
+        parts.append(part)
+    return ", ".join(parts)
 
 
 def orderable(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:

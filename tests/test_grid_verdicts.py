@@ -9,6 +9,7 @@ file backs. Seeds of an entry with no row yet must be named as not finished.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from itertools import takewhile
@@ -16,7 +17,15 @@ from typing import Any
 
 import pytest
 from helpers import REPO
-from helpers.verdicts import GRID_HEADS, MOVED_PX, forms_grid, long_rows, verdict
+from helpers.verdicts import (
+    GRID_HEADS,
+    MOVED_PX,
+    OUTWARD_PX,
+    SMALL6_GRID_HEADS,
+    forms_grid,
+    long_rows,
+    verdict,
+)
 
 from experiments.study.milestones import at_milestones
 
@@ -134,3 +143,32 @@ def test_the_thresholds_the_questions_state() -> None:
 )
 def test_verdict_words(passed: dict[int, bool], unfinished: list[int], expected: str) -> None:
     assert verdict(passed, unfinished) == expected
+
+
+def section_text() -> str:
+    """The section's prose, its whitespace folded."""
+    text = (REPO / "docs" / "results.md").read_text()
+    return " ".join(text.split(SECTION, 1)[1].split("\n## ", 1)[0].split())
+
+
+def test_the_small6_questions_state_their_thresholds() -> None:
+    text = section_text()
+    assert f"(>= {SMALL6_GRID_HEADS} sharp heads on >= {SMALL6_GRID_HEADS} distinct taps)" in text
+    assert f"each of layers 4-6: its heads' median outward shift at least {OUTWARD_PX:+g} pixel" in text
+
+
+def test_the_outward_shifts_the_section_quotes() -> None:
+    """Layer 1 draws in, layer 2 moves out: the medians quoted for the 15- and 60-epoch seed-0 runs."""
+    text = section_text()
+    (budget,) = (
+        r
+        for r in json.loads((REPO / "results/small.json").read_text())
+        if r["name"] == "quadratic" and r["seed"] == 0
+    )
+    first, second = (layer["median_outward"] for layer in budget["layers"])
+    assert f"(median outward {first:+.2f} pixels) while layer 2's moved out ({second:+.2f})" in text
+    rows, _ = long_rows("small", "quadratic-60ep")
+    first, second = (layer["median_outward"] for layer in rows[0]["layers"])
+    assert (
+        f"(median {second:+.2f} px farther from the query, where layer 1's drew in, {first:+.2f} px)" in text
+    )

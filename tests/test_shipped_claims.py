@@ -1,6 +1,6 @@
 """The committed claims, recomputed from the shipped weights: each positional model's locality per layer
-(sharp heads, distinct taps, mean distance, median alpha, overlap, coverage, displacement) equals its row
-in results/<scale>.json, and (slow, real data) its test accuracy and per-image results do too."""
+(sharp heads, distinct taps, mean distance, median alpha, overlap, coverage, displacement, outward) equals
+its row in results/<scale>.json, and (slow, real data) its test accuracy and per-image results do too."""
 
 from __future__ import annotations
 
@@ -52,11 +52,19 @@ def assert_layers_equal(recomputed: list[dict], committed: list[dict]) -> None:
         for key in ("heads", "sharp_heads", "sharp_distinct_taps", "sharp_taps", "coverage"):
             if key in theirs:
                 assert mine[key] == theirs[key], key
-        for key in ("mean_distance", "median_alpha", "conv_likeness", "overlap", "median_displacement"):
+        for key in (
+            "mean_distance",
+            "median_alpha",
+            "conv_likeness",
+            "overlap",
+            "median_displacement",
+            "median_outward",
+        ):
             if key in theirs:
                 assert mine[key] == pytest.approx(theirs[key], rel=1e-5, abs=1e-7), key
-        if "displacement" in theirs:
-            assert mine["displacement"] == pytest.approx(theirs["displacement"], abs=2e-4)
+        for key in ("displacement", "outward"):
+            if key in theirs:
+                assert mine[key] == pytest.approx(theirs[key], abs=2e-4), key
 
 
 def test_every_shipped_model_has_its_results_row() -> None:

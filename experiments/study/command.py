@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     scale = settings.scale
     table = [(e, s) for e in STUDIES[scale] for s in e.seeds]  # the tables cover every entry
     # shared with every other study of this scale: each write merges its rows into the file's, locked
-    tables = ResultsTables.load(out=settings.out, scale=scale, table=table)
+    tables = ResultsTables.load(out=settings.out, scale=scale, table=table, weights=settings.weights)
     for entry, seed in table:  # entries left out by --only: their finished runs, read back
         if entry not in entries and (summary := finished(entry, seed, settings)) is not None:
             tables.add(entry, seed, summary)

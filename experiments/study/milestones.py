@@ -15,6 +15,7 @@ _MEASURES = (
     ("overlap", "overlap", "{:.2f}"),
     ("coverage (px)", "coverage", "{}"),
     ("centres moved (median px)", "median_displacement", "{:.2f}"),
+    ("outward (median px)", "median_outward", "{:+.2f}"),
     ("median alpha", "median_alpha", "{:.2f}"),
 )
 

@@ -20,6 +20,7 @@ from sa_conv.analysis.flops import analytic_flops
 from sa_conv.analysis.maps import initial_of, layer_summary
 from sa_conv.analysis.statistics import accuracy_stderr, mcnemar, paired_bootstrap
 from sa_conv.models import SAConfig
+from sa_conv.models.weights import manifest, read_weights
 from sa_conv.training.config import RunConfig
 from sa_conv.training.summary import RunSummary
 from sa_conv.utils.files import lock_file_of, locked, merge_rows, write_json, write_text
@@ -112,16 +113,34 @@ def file_rows(path: Path, table: Sequence[tuple[Entry, int]]) -> dict[Key, Any]:
     return found
 
 
-def committed_rows(path: Path, table: Sequence[tuple[Entry, int]], scale: str) -> dict[Key, Any]:
+def committed_rows(
+    path: Path, table: Sequence[tuple[Entry, int]], scale: str, weights: Path | None = None
+) -> dict[Key, Any]:
     """The rows of a committed results JSON for the study's entries, marked as not re-checked here, with
-    their FLOP columns recomputed from the entry's config (the committed count may predate its fix)."""
+    their FLOP columns recomputed from the entry's config (the committed count may predate its fix) and,
+    given the ``weights`` folder, their locality recomputed from the record their shipped weights carry
+    (so that a summary added later applies to runs whose folders are gone)."""
     entries = {(e.name, s): e for e, s in table}
+    shipped = manifest(weights) if weights is not None else {}
     kept = {}
     for key, row in file_rows(path, table).items():
         config = entry_config(entries[key], scale, key[1])
         row = {k: v for k, v in row.items() if k != "flops_per_image"}
+        entry = shipped.get(f"{scale}/{key[0]}-seed{key[1]}")
+        if weights is not None and entry is not None and entry["test_acc"] == row.get("test_acc"):
+            row |= shipped_locality(weights / entry["file"])
         kept[key] = {**row, **flops_of(config), "rechecked": False}
     return kept
+
+
+def shipped_locality(path: Path) -> dict[str, Any]:
+    """A shipped run's ``layers`` and ``locality_history`` columns, from the locality record in its
+    weights file (none where it carries no record)."""
+    history = read_weights(path).get("callbacks", {}).get("AttentionFigures", {}).get("history") or []
+    if not history:
+        return {}
+    layers = layer_summary(history[-1], initial_of(history))
+    return {"layers": layers, "locality_history": locality_curve(history)}
 
 
 def run_label(entry: Entry, seed: int) -> str:
@@ -148,14 +167,17 @@ class ResultsTables:
     seen: dict[Key, Any] = field(default_factory=dict)  # the file's rows as it last read or wrote them
 
     @classmethod
-    def load(cls, *, out: Path, scale: str, table: Sequence[tuple[Entry, int]]) -> ResultsTables:
-        """The tables of a scale, starting from the file's rows (marked as not re-checked here)."""
+    def load(
+        cls, *, out: Path, scale: str, table: Sequence[tuple[Entry, int]], weights: Path | None = None
+    ) -> ResultsTables:
+        """The tables of a scale, starting from the file's rows (marked as not re-checked here; their
+        locality recomputed from the shipped ``weights``, when given)."""
         path = out / f"{scale}.json"
         return cls(
             out=out,
             scale=scale,
             table=table,
-            rows=committed_rows(path, table, scale),
+            rows=committed_rows(path, table, scale, weights),
             seen=file_rows(path, table),
         )
 
@@ -312,7 +334,8 @@ def locality_lines(rows: list[dict[str, Any]]) -> list[str]:
         "pixels, sharp heads (>= 0.5 of their mass on one pixel) and the distinct taps they attend to, "
         "median alpha of Gaussian heads; where recorded, the overlap of the heads' half-mass regions (mean "
         "pairwise Jaccard index: 0 disjoint, 1 the same pixels), the pixels they cover together, and the "
-        "median distance the heads' centres moved from their initialization:",
+        "median distance the heads' centres moved from their initialization and how much farther from the "
+        "query they ended (median; negative: nearer):",
         "",
     ]
     for r in rows:
@@ -336,6 +359,8 @@ def locality_cells(layers: list[dict[str, Any]]) -> list[str]:
             motion += f", overlap {layer['overlap']:.2f}, coverage {layer['coverage']} px"
         if "median_displacement" in layer:
             motion += f", centres moved {layer['median_displacement']:.2f} px (median)"
+        if "median_outward" in layer:
+            motion += f", {layer['median_outward']:+.2f} px outward (median)"
         cells.append(f"layer {i + 1}: {layer['mean_distance']:.2f} px, {sharp}{alpha}{motion}")
     return cells
 

@@ -96,7 +96,8 @@ def layer_summary(snapshot: dict[str, Any], initial: dict[str, Any] | None = Non
     head (their peak shifts; rounded centres in records that predate them), the heads' mean mass on one
     pixel (conv-likeness), the overlap and coverage of their half-mass regions (records that hold them),
     and for Gaussian heads the median alpha and, given the ``initial`` snapshot (step 0), how far each
-    head's centre moved from it (pixels) and the median."""
+    head's centre moved from it (pixels) and how much farther from the query it now is (``outward``,
+    negative: nearer), with their medians."""
     out = []
     starts = initial["layers"] if initial is not None else [None] * len(snapshot["layers"])
     for layer, start in zip(snapshot["layers"], starts, strict=True):
@@ -123,9 +124,13 @@ def layer_summary(snapshot: dict[str, Any], initial: dict[str, Any] | None = Non
             and "centres" in layer
             and len(start.get("centres", [])) == len(layer["centres"])
         ):
-            moved = (torch.tensor(layer["centres"]) - torch.tensor(start["centres"])).norm(dim=-1)  # (heads,)
+            end, begin = torch.tensor(layer["centres"]), torch.tensor(start["centres"])  # (heads, 2) each
+            moved = (end - begin).norm(dim=-1)  # (heads,)
+            outward = end.norm(dim=-1) - begin.norm(dim=-1)  # (heads,): > 0 farther from the query
             row["displacement"] = [round(float(d), 4) for d in moved]
             row["median_displacement"] = float(moved.median())
+            row["outward"] = [round(float(d), 4) for d in outward]
+            row["median_outward"] = float(outward.median())
         out.append(row)
     return out
 

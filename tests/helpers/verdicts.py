@@ -11,6 +11,8 @@ from helpers.paths import REPO
 
 GRID_HEADS = 8  # layer 1 of `small`: at least this many sharp heads on at least this many distinct taps
 MOVED_PX = 1.0  # the centres move: a median displacement from initialization of at least this, in pixels
+SMALL6_GRID_HEADS = 6  # a layer >= 3 of `small6` forms a grid: this many sharp heads on as many taps
+OUTWARD_PX = 0.5  # `small6`'s later layers (4-6) move outward: each one's median outward shift, pixels
 
 
 def long_rows(scale: str, name: str) -> tuple[list[dict[str, Any]], list[int]]:

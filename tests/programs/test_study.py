@@ -168,6 +168,28 @@ def test_an_only_run_keeps_the_other_entries_finished_rows(
     assert sum(line.startswith("| ") for line in text.splitlines()) == 2 + len(expected_rows)
 
 
+def test_report_recomputes_a_shipped_runs_locality_from_its_weights(tmp_path: Path) -> None:
+    """A committed row whose run ships: its locality columns are rebuilt from the record in its weights, so
+    a measure added later (here: the rows as they were before ``outward``) reaches runs whose folders are
+    gone; every other column is kept."""
+    repo = Path(__file__).resolve().parents[2]
+    checkout = json.loads((repo / "results" / "small.json").read_text())
+    (shipped,) = (r for r in checkout if r["name"] == "quadratic" and r["seed"] == 0)
+    old = json.loads(json.dumps(shipped))
+    for snapshot in [old, *old["locality_history"]]:
+        for layer in snapshot["layers"]:
+            del layer["outward"], layer["median_outward"]
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "small.json").write_text(json.dumps([old]))
+    argv = ["--scale", "small", "--synthetic", "--out", str(out), "--report", "--no-figures"]
+    assert study.main([*argv, "--weights", str(repo / "weights")]) == 0
+    (row,) = json.loads((out / "small.json").read_text())
+    assert row["layers"] == shipped["layers"] and row["locality_history"] == shipped["locality_history"]
+    assert row["layers"][0]["median_outward"] < 0 < row["layers"][1]["median_outward"]
+    assert row["test_correct"] == shipped["test_correct"] and row["rechecked"] is False
+
+
 def test_report_without_runs_keeps_the_committed_rows(tmp_path: Path) -> None:
     """A fresh clone has no run folders: --report must not replace the committed results with nothing."""
     out = tmp_path / "results"

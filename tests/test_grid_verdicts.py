@@ -10,6 +10,7 @@ file backs. Seeds of an entry with no row yet must be named as not finished.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from itertools import takewhile
@@ -172,3 +173,44 @@ def test_the_outward_shifts_the_section_quotes() -> None:
     assert (
         f"(median {second:+.2f} px farther from the query, where layer 1's drew in, {first:+.2f} px)" in text
     )
+
+
+def independent_runs() -> list[dict[str, Any]]:
+    """The Gaussian-head rows with an initialization of their own (a bf16 or longer run of a seed shares
+    its budget run's), `small` then `small6`."""
+    runs, seen = [], set()
+    for scale in ("small", "small6"):
+        for row in json.loads((REPO / "results" / f"{scale}.json").read_text()):
+            key = (scale, row["model"], row["heads"], row["seed"])
+            if row["model"] in ("quadratic", "gaussian") and key not in seen:
+                seen.add(key)
+                runs.append(row)
+    return runs
+
+
+def sign_test(wins: int, runs: int) -> float:
+    """Two-sided exact sign test: the chance of a split at least this uneven among ``runs`` fair coins."""
+    tail = sum(math.comb(runs, k) for k in range(min(wins, runs - wins) + 1)) / 2**runs
+    return min(1.0, 2 * tail)
+
+
+def test_where_the_sharp_heads_sit() -> None:
+    runs = independent_runs()
+    taps = [[tuple(t) for layer in r["layers"] for t in layer["sharp_taps"]] for r in runs]
+    up, down = ([sum(f(dy) for dy, _ in run) for run in taps] for f in (lambda v: v < 0, lambda v: v > 0))
+    right, left = ([sum(f(dx) for _, dx in run) for run in taps] for f in (lambda v: v > 0, lambda v: v < 0))
+    above = sum(u > d for u, d in zip(up, down, strict=True))
+    assert not any(u == d for u, d in zip(up, down, strict=True))
+    sides = [(r > lt) for r, lt in zip(right, left, strict=True) if r != lt]
+    text = section_text()
+    assert "Over the six independent quadratic and Gaussian runs" in text and len(runs) == 6
+    counts = (
+        f"{sum(up)} of the {sum(map(len, taps))} sharp heads (every layer) attend to a pixel above the query "
+        f"and {sum(down)} to one below, {sum(right)} to the right and {sum(left)} to the left"
+    )
+    assert counts in text
+    assert above == len(runs) and "Every one of the six runs has more sharp heads above than below" in text
+    assert f"two-sided p {sign_test(above, len(runs)):.3f})" in text
+    wins = sum(sides)
+    assert f"splits the runs {max(wins, len(sides) - wins)} to {min(wins, len(sides) - wins)}" in text
+    assert f"(p {sign_test(wins, len(sides)):.2f})" in text

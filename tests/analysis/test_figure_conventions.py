@@ -23,7 +23,7 @@ def test_a_peak_under_the_threshold_never_reads_as_a_sharp_one(peak: float, text
 
 def test_layer_cells_have_a_tick_at_the_query_and_say_the_threshold() -> None:
     enc = QuadraticEncoding(2).set_(torch.tensor([[0.0, 1.0], [1.0, 0.0]]), torch.tensor([4.0, 0.3]))
-    probs = enc.logits(16, 16).softmax(-1)[None]
+    probs = enc.logits(16, 16).softmax(-1)[None].detach()
     figure = layer_heads(probs, 16, 16, (8, 8))
     axes = [ax for ax in figure.axes if ax.get_title().startswith("head")]
     assert [ax.get_title() for ax in axes] == [

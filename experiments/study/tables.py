@@ -5,6 +5,7 @@ results files every study process of a scale shares (``ResultsTables``)."""
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,9 +22,10 @@ from sa_conv.analysis.maps import initial_of, layer_summary
 from sa_conv.analysis.statistics import accuracy_stderr, mcnemar, paired_bootstrap
 from sa_conv.models import SAConfig
 from sa_conv.models.weights import manifest, read_weights
-from sa_conv.training.config import RunConfig
+from sa_conv.training.config import RunConfig, config_difference
 from sa_conv.training.summary import RunSummary
 from sa_conv.utils.files import lock_file_of, locked, merge_rows, write_json, write_text
+from sa_conv.utils.safe_load import CheckpointError
 
 __all__ = [
     "ResultsTables",
@@ -126,17 +128,27 @@ def committed_rows(
     for key, row in file_rows(path, table).items():
         config = entry_config(entries[key], scale, key[1])
         row = {k: v for k, v in row.items() if k != "flops_per_image"}
-        entry = shipped.get(f"{scale}/{key[0]}-seed{key[1]}")
-        if weights is not None and entry is not None and entry["test_acc"] == row.get("test_acc"):
-            row |= shipped_locality(weights / entry["file"])
+        record = shipped.get(f"{scale}/{key[0]}-seed{key[1]}")
+        same_run = (
+            record is not None
+            and record.get("test_acc") == row.get("test_acc")
+            and not config_difference(record.get("config") or {}, config.to_dict())
+        )
+        if weights is not None and same_run:
+            row |= shipped_locality(weights / record["file"])
         kept[key] = {**row, **flops_of(config), "rechecked": False}
     return kept
 
 
 def shipped_locality(path: Path) -> dict[str, Any]:
     """A shipped run's ``layers`` and ``locality_history`` columns, from the locality record in its
-    weights file (none where it carries no record)."""
-    history = read_weights(path).get("callbacks", {}).get("AttentionFigures", {}).get("history") or []
+    weights file (none where it carries no record, or where the file is missing or unreadable)."""
+    try:
+        record = read_weights(path)
+    except CheckpointError as err:
+        print(f"warning: {err}; its row keeps its committed locality", file=sys.stderr)
+        return {}
+    history = record.get("callbacks", {}).get("AttentionFigures", {}).get("history") or []
     if not history:
         return {}
     layers = layer_summary(history[-1], initial_of(history))

@@ -8,9 +8,11 @@ import json
 import math
 import multiprocessing
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -168,10 +170,9 @@ def test_an_only_run_keeps_the_other_entries_finished_rows(
     assert sum(line.startswith("| ") for line in text.splitlines()) == 2 + len(expected_rows)
 
 
-def test_report_recomputes_a_shipped_runs_locality_from_its_weights(tmp_path: Path) -> None:
-    """A committed row whose run ships: its locality columns are rebuilt from the record in its weights, so
-    a measure added later (here: the rows as they were before ``outward``) reaches runs whose folders are
-    gone; every other column is kept."""
+def row_without_outward(tmp_path: Path) -> tuple[dict[str, Any], Path, Path]:
+    """The committed `small` quadratic seed-0 row as it was before ``outward`` (written as the only row of
+    ``tmp_path/results/small.json``), and a weights folder holding its shipped file and manifest record."""
     repo = Path(__file__).resolve().parents[2]
     checkout = json.loads((repo / "results" / "small.json").read_text())
     (shipped,) = (r for r in checkout if r["name"] == "quadratic" and r["seed"] == 0)
@@ -179,15 +180,53 @@ def test_report_recomputes_a_shipped_runs_locality_from_its_weights(tmp_path: Pa
     for snapshot in [old, *old["locality_history"]]:
         for layer in snapshot["layers"]:
             del layer["outward"], layer["median_outward"]
-    out = tmp_path / "results"
+    out, weights = tmp_path / "results", tmp_path / "weights"
     out.mkdir()
     (out / "small.json").write_text(json.dumps([old]))
-    argv = ["--scale", "small", "--synthetic", "--out", str(out), "--report", "--no-figures"]
-    assert study.main([*argv, "--weights", str(repo / "weights")]) == 0
+    name = "small/quadratic-seed0"
+    record = json.loads((repo / "weights" / "manifest.json").read_text())[name]
+    (weights / "small").mkdir(parents=True)
+    shutil.copy(repo / "weights" / record["file"], weights / record["file"])
+    (weights / "manifest.json").write_text(json.dumps({name: record}))
+    return shipped, out, weights
+
+
+REPORT = ["--scale", "small", "--synthetic", "--report", "--no-figures"]
+
+
+def test_report_recomputes_a_shipped_runs_locality_from_its_weights(tmp_path: Path) -> None:
+    """A committed row whose run ships: its locality columns are rebuilt from the record in its weights, so
+    a measure added later (here: the rows as they were before ``outward``) reaches runs whose folders are
+    gone; every other column is kept."""
+    shipped, out, weights = row_without_outward(tmp_path)
+    assert study.main([*REPORT, "--out", str(out), "--weights", str(weights)]) == 0
     (row,) = json.loads((out / "small.json").read_text())
     assert row["layers"] == shipped["layers"] and row["locality_history"] == shipped["locality_history"]
     assert row["layers"][0]["median_outward"] < 0 < row["layers"][1]["median_outward"]
     assert row["test_correct"] == shipped["test_correct"] and row["rechecked"] is False
+
+
+@pytest.mark.parametrize("change", ["test_acc", "config", "missing file", "unreadable file"])
+def test_report_keeps_a_rows_locality_unless_its_weights_are_that_run(tmp_path: Path, change: str) -> None:
+    """Weights of another run under the row's name (another accuracy or config), or a shipped file missing
+    or broken: the committed locality stays as it is (a warning names a file it could not read)."""
+    _, out, weights = row_without_outward(tmp_path)
+    before = json.loads((out / "small.json").read_text())[0]
+    manifest = json.loads((weights / "manifest.json").read_text())
+    record = manifest["small/quadratic-seed0"]
+    if change == "test_acc":
+        record["test_acc"] += 0.001
+    elif change == "config":
+        record["config"]["optim"]["lr"] *= 2
+    elif change == "missing file":
+        (weights / record["file"]).unlink()
+    else:
+        (weights / record["file"]).write_bytes(b"not a safetensors file")
+    (weights / "manifest.json").write_text(json.dumps(manifest))
+    assert study.main([*REPORT, "--out", str(out), "--weights", str(weights)]) == 0
+    (row,) = json.loads((out / "small.json").read_text())
+    assert row["layers"] == before["layers"] and row["locality_history"] == before["locality_history"]
+    assert "median_outward" not in row["layers"][0]
 
 
 def test_report_without_runs_keeps_the_committed_rows(tmp_path: Path) -> None:

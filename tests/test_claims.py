@@ -236,6 +236,10 @@ def machines_of_the_rows() -> str:
     parts = []
     for scale in ("small", "small6"):
         rows = results(scale)
+        unknown = {r["hardware"] for r in rows} - {
+            h for h in {r["hardware"] for r in rows} if h.split(" (")[0] in CPU
+        }
+        assert not unknown, f"name these CPUs in CPU (how README's opening says them): {unknown}"
         cpu = [CPU[r["hardware"].split(" (")[0]] for r in rows]
         usual, *others = [m for m, _ in Counter(cpu).most_common()]
         seeds_of = Counter(r["name"] for r in rows)

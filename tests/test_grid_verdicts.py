@@ -176,16 +176,15 @@ def test_the_outward_shifts_the_section_quotes() -> None:
 
 
 def independent_runs() -> list[dict[str, Any]]:
-    """The Gaussian-head rows with an initialization of their own (a bf16 or longer run of a seed shares
-    its budget run's), `small` then `small6`."""
-    runs, seen = [], set()
-    for scale in ("small", "small6"):
-        for row in json.loads((REPO / "results" / f"{scale}.json").read_text()):
-            key = (scale, row["model"], row["heads"], row["seed"])
-            if row["model"] in ("quadratic", "gaussian") and key not in seen:
-                seen.add(key)
-                runs.append(row)
-    return runs
+    """The Gaussian-head rows with an initialization of their own, `small` then `small6`: the budget runs,
+    not a bf16 or longer run of a seed (those share their budget run's initialization)."""
+    budget_runs = ("quadratic", "quadratic-16heads", "gaussian")
+    return [
+        row
+        for scale in ("small", "small6")
+        for row in json.loads((REPO / "results" / f"{scale}.json").read_text())
+        if row["name"] in budget_runs
+    ]
 
 
 def sign_test(wins: int, runs: int) -> float:
@@ -210,7 +209,26 @@ def test_where_the_sharp_heads_sit() -> None:
     )
     assert counts in text
     assert above == len(runs) and "Every one of the six runs has more sharp heads above than below" in text
-    assert f"two-sided p {sign_test(above, len(runs)):.3f})" in text
+    on_row, on_column = (sum(t[axis] == 0 for run in taps for t in run) for axis in (0, 1))
+    assert f"(the other {on_row} on the query's row, the other {on_column} on its column)" in text
+    p_up = sign_test(above, len(runs))
+    assert f"two-sided p {p_up:.3f})" in text
+    assert f"(Bonferroni: p {2 * p_up:.2f} for the up-down one)" in text
+    assert "This is an exploratory finding, not a preregistered one" in text
     wins = sum(sides)
     assert f"splits the runs {max(wins, len(sides) - wins)} to {min(wins, len(sides) - wins)}" in text
     assert f"(p {sign_test(wins, len(sides)):.2f})" in text
+
+
+def test_layer_1_draws_in_and_layer_2_moves_out_in_every_small_run() -> None:
+    runs = [r for r in independent_runs() if r in json.loads((REPO / "results" / "small.json").read_text())]
+    inward, outward = ([r["layers"][i]["median_outward"] for r in runs] for i in (0, 1))
+    assert len(runs) == 3 and max(inward) < 0 < min(outward)
+    text = section_text()
+    assert (
+        "median outward {}, {} and {} pixels in quadratic seeds 0 and 1 and Gaussian seed 0".format(
+            *(f"{v:.2f}" for v in inward)
+        )
+        in text
+    )
+    assert "layer 2 moved out ({}, {} and {})".format(*(f"{v:+.2f}" for v in outward)) in text

@@ -169,10 +169,34 @@ def test_the_outward_shifts_the_section_quotes() -> None:
     first, second = (layer["median_outward"] for layer in budget["layers"])
     assert f"(median outward {first:+.2f} pixels) while layer 2's moved out ({second:+.2f})" in text
     rows, _ = long_rows("small", "quadratic-60ep")
-    first, second = (layer["median_outward"] for layer in rows[0]["layers"])
-    assert (
-        f"(median {second:+.2f} px farther from the query, where layer 1's drew in, {first:+.2f} px)" in text
-    )
+    (first0, second0), (first1, second1) = ((la["median_outward"] for la in r["layers"]) for r in rows)
+    assert f"(median {second0:+.2f} and {second1:+.2f} px farther from the query;" in text
+    assert f"layer 1's drew in in seed 0, {first0:+.2f} px," in text and f"seed 1, {first1:+.2f} px)" in text
+    assert first0 < 0
+
+
+def test_the_longer_schedule_against_the_budget_runs() -> None:
+    """The 60-epoch runs' accuracies and their paired tests against the 15-epoch runs of the same seeds."""
+    from sa_conv.analysis.statistics import mcnemar, paired_bootstrap
+
+    text = section_text()
+    rows, unfinished = long_rows("small", "quadratic-60ep")
+    assert not unfinished
+    budget = {
+        r["seed"]: r
+        for r in json.loads((REPO / "results/small.json").read_text())
+        if r["name"] == "quadratic"
+    }
+    short = [budget[r["seed"]] for r in rows]
+    quoted = " and ".join(f"{100 * r['test_acc']:.2f}%" for r in rows)
+    assert f"Test accuracy {quoted} (the 15-epoch runs of the same seeds" in text
+    assert " and ".join(f"{100 * r['test_acc']:.2f}%" for r in short) + ")" in text
+    longer, shorter = ([[c == "1" for c in r["test_correct"]] for r in group] for group in (rows, short))
+    worst = max(mcnemar(a, b)[2] for a in longer for b in shorter)
+    assert worst < 0.05 and min(map(sum, longer)) > max(map(sum, shorter))
+    difference, low, high = (-v for v in paired_bootstrap(shorter, longer))  # as results/small.md computes it
+    assert f"+{100 * difference:.1f} points, 95% interval [+{100 * high:.1f}, +{100 * low:.1f}]" in text
+    assert f"McNemar p at most {worst:.2g} for each of the four pairs" in text
 
 
 def independent_runs() -> list[dict[str, Any]]:

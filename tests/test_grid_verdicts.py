@@ -159,7 +159,7 @@ def test_the_small6_questions_state_their_thresholds() -> None:
 
 
 def test_the_outward_shifts_the_section_quotes() -> None:
-    """Layer 1 draws in, layer 2 moves out: the medians quoted for the 15- and 60-epoch seed-0 runs."""
+    """Layer 2 moves out, layer 1 hardly: the medians quoted for the 15-epoch seed 0 and the 60-epoch runs."""
     text = section_text()
     (budget,) = (
         r
@@ -170,9 +170,10 @@ def test_the_outward_shifts_the_section_quotes() -> None:
     assert f"(median outward {first:+.2f} pixels) while layer 2's moved out ({second:+.2f})" in text
     rows, _ = long_rows("small", "quadratic-60ep")
     (first0, second0), (first1, second1) = ((la["median_outward"] for la in r["layers"]) for r in rows)
-    assert f"(median {second0:+.2f} and {second1:+.2f} px farther from the query;" in text
-    assert f"layer 1's drew in in seed 0, {first0:+.2f} px," in text and f"seed 1, {first1:+.2f} px)" in text
-    assert first0 < 0
+    assert f"outward (median {second0:+.2f} and {second1:+.2f} px farther from the query)" in text
+    assert f"Layer 1 drew in toward the query in seed 0 (median outward {first0:+.2f} px)" in text
+    assert f"moved out a little in seed 1 ({first1:+.2f} px)" in text
+    assert first0 < 0 <= first1 < 0.5  # "drew in" and "moved out a little"
 
 
 def test_the_longer_schedule_against_the_budget_runs() -> None:
@@ -189,23 +190,23 @@ def test_the_longer_schedule_against_the_budget_runs() -> None:
     }
     short = [budget[r["seed"]] for r in rows]
     quoted = " and ".join(f"{100 * r['test_acc']:.2f}%" for r in rows)
-    assert f"Test accuracy {quoted} (the 15-epoch runs of the same seeds" in text
-    assert " and ".join(f"{100 * r['test_acc']:.2f}%" for r in short) + ")" in text
+    before = " and ".join(f"{100 * r['test_acc']:.2f}%" for r in short)
+    assert f"Test accuracy is {quoted}, against {before} for the 15-epoch runs of the same seeds" in text
     longer, shorter = ([[c == "1" for c in r["test_correct"]] for r in group] for group in (rows, short))
     worst = max(mcnemar(a, b)[2] for a in longer for b in shorter)
     assert worst < 0.05 and min(map(sum, longer)) > max(map(sum, shorter))
-    difference, low, high = (-v for v in paired_bootstrap(shorter, longer))  # as results/small.md computes it
-    assert f"+{100 * difference:.1f} points, 95% interval [+{100 * high:.1f}, +{100 * low:.1f}]" in text
+    difference, high, low = (-v for v in paired_bootstrap(shorter, longer))  # as results/small.md computes it
+    assert f"+{100 * difference:.1f} points, 95% interval [+{100 * low:.1f}, +{100 * high:.1f}]" in text
     assert f"McNemar p at most {worst:.2g} for each of the four pairs" in text
 
 
-def independent_runs() -> list[dict[str, Any]]:
-    """The Gaussian-head rows with an initialization of their own, `small` then `small6`: the budget runs,
-    not a bf16 or longer run of a seed (those share their budget run's initialization)."""
+def independent_runs(scales: tuple[str, ...] = ("small", "small6")) -> list[dict[str, Any]]:
+    """The Gaussian-head rows with an initialization of their own, scale by scale: the budget runs, not a
+    bf16 or longer run of a seed (those share their budget run's initialization)."""
     budget_runs = ("quadratic", "quadratic-16heads", "gaussian")
     return [
         row
-        for scale in ("small", "small6")
+        for scale in scales
         for row in json.loads((REPO / "results" / f"{scale}.json").read_text())
         if row["name"] in budget_runs
     ]
@@ -245,7 +246,7 @@ def test_where_the_sharp_heads_sit() -> None:
 
 
 def test_layer_1_draws_in_and_layer_2_moves_out_in_every_small_run() -> None:
-    runs = [r for r in independent_runs() if r in json.loads((REPO / "results" / "small.json").read_text())]
+    runs = independent_runs(("small",))
     inward, outward = ([r["layers"][i]["median_outward"] for r in runs] for i in (0, 1))
     assert len(runs) == 3 and max(inward) < 0 < min(outward)
     text = section_text()

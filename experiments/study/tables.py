@@ -128,27 +128,38 @@ def committed_rows(
     for key, row in file_rows(path, table).items():
         config = entry_config(entries[key], scale, key[1])
         row = {k: v for k, v in row.items() if k != "flops_per_image"}
-        record = shipped.get(f"{scale}/{key[0]}-seed{key[1]}")
-        same_run = (
-            record is not None
-            and record.get("test_acc") == row.get("test_acc")
-            and not config_difference(record.get("config") or {}, config.to_dict())
-        )
-        if weights is not None and same_run:
-            row |= shipped_locality(weights / record["file"])
+        name = f"{scale}/{key[0]}-seed{key[1]}"
+        entry = shipped.get(name)
+        if weights is not None and entry is not None and same_run(name, entry, row, config):
+            row |= shipped_locality(weights / entry["file"])
         kept[key] = {**row, **flops_of(config), "rechecked": False}
     return kept
+
+
+def same_run(name: str, entry: dict[str, Any], row: dict[str, Any], config: RunConfig) -> bool:
+    """Whether the manifest's ``entry`` shipped the run of ``row`` (the same test accuracy and config);
+    where it did not, a warning says why the row keeps its committed locality."""
+    differs = config_difference(entry.get("config") or {}, config.to_dict())
+    if entry.get("test_acc") is None or entry.get("test_acc") != row.get("test_acc"):
+        differs.insert(0, f"test_acc={entry.get('test_acc')!r} (row: {row.get('test_acc')!r})")
+    if differs:
+        print(
+            f"warning: the shipped {name} is another run ({', '.join(differs)}); its row keeps its "
+            "committed locality",
+            file=sys.stderr,
+        )
+    return not differs
 
 
 def shipped_locality(path: Path) -> dict[str, Any]:
     """A shipped run's ``layers`` and ``locality_history`` columns, from the locality record in its
     weights file (none where it carries no record, or where the file is missing or unreadable)."""
     try:
-        record = read_weights(path)
+        contents = read_weights(path)
     except CheckpointError as err:
         print(f"warning: {err}; its row keeps its committed locality", file=sys.stderr)
         return {}
-    history = record.get("callbacks", {}).get("AttentionFigures", {}).get("history") or []
+    history = contents.get("callbacks", {}).get("AttentionFigures", {}).get("history") or []
     if not history:
         return {}
     layers = layer_summary(history[-1], initial_of(history))

@@ -207,7 +207,9 @@ def test_report_recomputes_a_shipped_runs_locality_from_its_weights(tmp_path: Pa
 
 
 @pytest.mark.parametrize("change", ["test_acc", "config", "missing file", "unreadable file"])
-def test_report_keeps_a_rows_locality_unless_its_weights_are_that_run(tmp_path: Path, change: str) -> None:
+def test_report_keeps_a_rows_locality_unless_its_weights_are_that_run(
+    tmp_path: Path, change: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Weights of another run under the row's name (another accuracy or config), or a shipped file missing
     or broken: the committed locality stays as it is (a warning names a file it could not read)."""
     _, out, weights = row_without_outward(tmp_path)
@@ -227,6 +229,10 @@ def test_report_keeps_a_rows_locality_unless_its_weights_are_that_run(tmp_path: 
     (row,) = json.loads((out / "small.json").read_text())
     assert row["layers"] == before["layers"] and row["locality_history"] == before["locality_history"]
     assert "median_outward" not in row["layers"][0]
+    warning = capsys.readouterr().err
+    assert "warning:" in warning and "keeps its committed locality" in warning
+    said = {"test_acc": "test_acc=", "config": "lr=", "missing file": record["file"]}
+    assert said.get(change, record["file"]) in warning
 
 
 def test_report_without_runs_keeps_the_committed_rows(tmp_path: Path) -> None:

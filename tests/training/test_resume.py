@@ -109,7 +109,7 @@ def test_a_killed_process_resumes_to_the_same_result(tmp_path, how):
     assert straight.wait(timeout=900) == 0, straight.stderr.read().decode()[-2000:]
 
     killed = run_cli([*base, "--output-dir", str(tmp_path / "b")])
-    assert wait_for_step(killed, tmp_path / "b", 70), "the run ended before step 70"  # mid-epoch 2
+    assert wait_for_step(killed, tmp_path / "b", 70), "no step 70 (the run ended or stalled)"  # mid-epoch 2
     killed.send_signal(getattr(signal, how))
     code = killed.wait()
     if how == "SIGKILL":
@@ -143,27 +143,31 @@ _read: dict[tuple[Path, float], int] = {}  # step checkpoints already read, by p
 
 
 def latest_step(folder: Path) -> int:
-    """The training step of the newest step checkpoint under `folder` (-1 before the first one, or while
-    the newest is being replaced); each version of a file is read once."""
-    ckpts = sorted(((mtime(p), p) for p in folder.glob("**/step.ckpt")), key=lambda t: t[0])
-    if not ckpts or ckpts[-1][0] == 0.0:
+    """The training step of the newest step checkpoint under `folder` (-1 before the first one, or when
+    the newest cannot be read: replaced while read); each version of a file is read once."""
+    written = [(p, t) for p in folder.glob("**/step.ckpt") if (t := mtime(p)) > 0.0]  # gone: not there
+    if not written:
         return -1
-    written, path = ckpts[-1]
-    if (path, written) not in _read:
+    newest = max(written, key=lambda version: version[1])
+    if newest not in _read:
         try:
-            _read[path, written] = int(torch.load(path, weights_only=True)["global_step"])
+            _read[newest] = int(torch.load(newest[0], weights_only=True)["global_step"])
         except (OSError, RuntimeError, EOFError, KeyError):  # replaced while read: the next poll reads it
             return -1
-    return _read[path, written]
+    return _read[newest]
 
 
 def wait_for_step(proc: subprocess.Popen, folder: Path, step: int) -> bool:
     """Wait until a step checkpoint at `step` or later is under `folder`; False where the process ended
-    (or 15 minutes passed) first."""
+    first, or after 15 minutes (the process then killed, so that its output can be read)."""
     deadline = time.monotonic() + 900
-    while proc.poll() is None and time.monotonic() < deadline:
+    while proc.poll() is None:
         if latest_step(folder) >= step:
             return True
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            return False
         time.sleep(0.05)
     return latest_step(folder) >= step
 
@@ -189,7 +193,9 @@ def test_chaos_random_kills_then_resumes_end_in_the_same_weights(tmp_path):
         assert wait_for_step(proc, out, since + 1), proc.stderr.read().decode()[-2000:]
         begin, first = time.monotonic(), latest_step(out)
         target = first + chaos.randint(3, total // 5)
-        assert wait_for_step(proc, out, target), f"attempt {attempt + 1} ended before step {target}"
+        assert wait_for_step(proc, out, target), (
+            f"attempt {attempt + 1} ended or stalled before step {target}"
+        )
         pace = (time.monotonic() - begin) / (target - first)  # seconds per step, this attempt's own
         time.sleep(chaos.uniform(0, 3) * pace)
         if proc.poll() is None:

@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"--out {args.out} is a file, not a folder")
     # read once: the model and the run's locality history
     ckpt, module = trained_model(args.checkpoint, needs_attention="attention maps to draw")
+    history = history_of(ckpt)  # checked before any file is written
     backbone = module.backbone.eval()
     model = ckpt["hyper_parameters"]["model"]
     side = backbone.config.grid
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     with MemoryUse(batch_size=len(images), lower="lower it with --images {n}"):
         maps = attention_maps_of(backbone, images)  # per layer (B|1, heads, N, N): the figures and the table
     for tag, value in figures_of_maps(
-        maps, side, query=query, history=history_of(ckpt), lr=lr_schedule_of(ckpt), name=name
+        maps, side, query=query, history=history, lr=lr_schedule_of(ckpt), name=name
     ):
         if isinstance(value, float):
             scalars[tag] = value

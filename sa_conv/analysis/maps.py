@@ -25,6 +25,7 @@ from sa_conv.analysis.locality import (
     peak_shift,
     shift_profile,
 )
+from sa_conv.analysis.snapshots import check_history
 from sa_conv.models import Backbone
 from sa_conv.utils.schedule import OptimConfig, lr_factor
 
@@ -279,6 +280,9 @@ def lr_schedule_of(ckpt: dict[str, Any], total_steps: int | None = None) -> Call
 
 
 def history_of(ckpt: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """The locality history a run's ``AttentionFigures`` callback kept in a checkpoint."""
+    """The locality history a run's ``AttentionFigures`` callback kept in a checkpoint (or a weights file's
+    record), its layout checked (``CheckpointError`` where a file brought a malformed one)."""
     states = ckpt.get("callbacks", {})
-    return next((v.get("history") for k, v in states.items() if k.startswith("AttentionFigures")), None)
+    history = next((v.get("history") for k, v in states.items() if k.startswith("AttentionFigures")), None)
+    source = ckpt.get("weights_file", "the checkpoint")
+    return None if history is None else check_history(history, str(source))

@@ -32,6 +32,7 @@ from sa_conv.utils.files import atomic_write, locked, write_text
 from sa_conv.utils.safe_load import CheckpointError
 
 __all__ = [
+    "ENTRY_FIELDS",
     "FORMAT",
     "backbone_of",
     "carried_checkpoint",
@@ -62,10 +63,54 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+# the fields of a manifest entry the suite reads, and their JSON types
+ENTRY_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "model": str,
+    "scale": str,
+    "seed": int,
+    "precision": str,
+    "epochs": int,
+    "test_acc": (int, float),
+    "n_test_images": int,
+    "params": int,
+    "file": str,
+    "bytes": int,
+    "sha256": str,
+}
+
+
 def manifest(root: Path | None = None) -> dict[str, dict[str, Any]]:
-    """The shipped models by name (empty where none ship)."""
+    """The shipped models by name (empty where none ship); ``CheckpointError`` names what is wrong with a
+    manifest that is not one (not JSON, not an object of entries, an entry without a field it needs)."""
     path = (root or weights_dir()) / "manifest.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    try:
+        models = json.loads(path.read_text())
+    except ValueError as err:  # not JSON, or not UTF-8
+        raise CheckpointError(f"{path} is not valid JSON ({err})") from None
+    if not isinstance(models, dict):
+        raise CheckpointError(f"{path} must be an object of model entries by name, not {_json_type(models)}")
+    for name, entry in models.items():
+        if not isinstance(entry, dict):
+            raise CheckpointError(f"{path}: entry {name!r} is {_json_type(entry)}, not an object")
+        for field, kind in ENTRY_FIELDS.items():
+            if field not in entry:
+                raise CheckpointError(f"{path}: entry {name!r} has no {field!r}")
+            if not _is(entry[field], kind):
+                raise CheckpointError(f"{path}: entry {name!r} has {_json_type(entry[field])} as {field!r}")
+    return models
+
+
+def _is(value: Any, kind: type | tuple[type, ...]) -> bool:
+    """``isinstance``, a JSON ``true``/``false`` not counting as a number."""
+    return isinstance(value, kind) and not isinstance(value, bool)
+
+
+def _json_type(value: Any) -> str:
+    """What a decoded JSON value is, for messages: ``a list``, ``null``."""
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number"}
+    return "null" if value is None else names.get(type(value), "a number")
 
 
 def save_weights(
@@ -101,16 +146,37 @@ def read_weights(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"{path} is not a readable weights file ({type(err).__name__})") from None
     if metadata.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not an sa-conv weights file (no {FORMAT!r} metadata)")
-    history = json.loads(metadata["locality_history"])
+    hparams = _metadata_field(path, metadata, "hyper_parameters", dict)
+    if not isinstance(hparams.get("model"), str) or not isinstance(hparams.get("model_config"), dict):
+        raise CheckpointError(f"{path}: its hyper_parameters name no model and its config")
+    history = _metadata_field(path, metadata, "locality_history", list)
+    step = _metadata_field(path, metadata, "global_step", (int, type(None)), default="null")
     return {
-        "hyper_parameters": json.loads(metadata["hyper_parameters"]),
+        "hyper_parameters": hparams,
         "state_dict": {f"backbone.{k}": v for k, v in tensors.items()},
-        "run_config": json.loads(metadata["run_config"]),
-        "global_step": json.loads(metadata.get("global_step", "null")),
+        "run_config": _metadata_field(path, metadata, "run_config", dict),
+        "global_step": step,
         "sa_conv_version": __version__,
         "callbacks": {"AttentionFigures": {"history": history}} if history else {},
         "weights_file": str(path),
     }
+
+
+def _metadata_field(
+    path: Path, metadata: dict[str, str], key: str, kind: type | tuple[type, ...], default: str | None = None
+) -> Any:
+    """One JSON field of a weights file's metadata, decoded and of ``kind``; ``CheckpointError`` naming the
+    file and field where it is missing, not JSON or of another type."""
+    text = metadata.get(key, default)
+    if text is None:
+        raise CheckpointError(f"{path} has no {key!r} in its metadata")
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise CheckpointError(f"{path}: its metadata {key!r} is not valid JSON") from None
+    if not _is(value, kind):
+        raise CheckpointError(f"{path}: its metadata {key!r} is {_json_type(value)}")
+    return value
 
 
 def shipped_file(name: str) -> Path:
@@ -120,7 +186,12 @@ def shipped_file(name: str) -> Path:
         names = ", ".join(sorted(models)) or "none ship in this checkout"
         raise CheckpointError(f"{name} is neither a file nor a shipped model (shipped: {names})")
     entry = models[name]
-    path = weights_dir() / entry["file"]
+    root = weights_dir().resolve()
+    path = (root / entry["file"]).resolve()
+    if not path.is_relative_to(root) or path.suffix != ".safetensors":
+        raise CheckpointError(
+            f"the manifest's file of {name} ({entry['file']}) is not a .safetensors file inside {root}"
+        )
     if not path.is_file():
         raise CheckpointError(f"the weights of {name} ({path}) are missing from this checkout")
     if sha256_of(path) != entry["sha256"]:
@@ -144,9 +215,22 @@ def backbone_of(record: dict[str, Any]) -> Backbone:
     return backbone
 
 
-def load_pretrained(name: str) -> Backbone:
-    """A shipped model by name (``small6/quadratic-seed0``), its backbone in eval mode."""
-    return backbone_of(read_weights(shipped_file(name))).eval()
+def load_pretrained(name: str | os.PathLike[str]) -> Backbone:
+    """A shipped model by name (``small6/quadratic-seed0``) or a weights file, its backbone in eval mode."""
+    if not isinstance(name, str | os.PathLike):
+        raise TypeError(f"load_pretrained takes a shipped model's name, not a {type(name).__name__}")
+    spec = os.fspath(name)
+    path = Path(spec)
+    if path.suffix == ".safetensors" or path.is_file():
+        if path.suffix != ".safetensors":
+            raise CheckpointError(
+                f"{path} is not a weights file (*.safetensors); a checkpoint's model: "
+                "sa_conv.training.checkpoints.module_from_checkpoint"
+            )
+        if not path.is_file():
+            raise CheckpointError(f"weights file {path} does not exist")
+        return backbone_of(read_weights(path)).eval()
+    return backbone_of(read_weights(shipped_file(spec))).eval()
 
 
 def ship(

@@ -111,13 +111,19 @@ def _umask() -> int:
 def atomic_write(path: str | Path, write: Callable[[Path], object], *, what: str | None = None) -> None:
     """Call ``write(tmp)`` on a temporary file next to ``path``, then rename it over ``path``.
 
-    The temporary file lives in the same folder (a rename within one file system is atomic) and gets the
-    permissions of a plain ``open()`` under the process umask (``mkstemp`` would leave it 0600). A full
-    disk or quota raises ``DiskFullError`` naming ``path`` and ``what`` it holds; ``path`` is untouched.
+    A symlink is written through (its target replaced, the link kept); a path that is not a regular file
+    (a device, a pipe) is refused. The temporary file lives in the same folder (a rename within one file
+    system is atomic) and gets the permissions of a plain ``open()`` under the process umask (``mkstemp``
+    would leave it 0600). A full disk or quota raises ``DiskFullError`` naming ``path`` and ``what`` it
+    holds; ``path`` is untouched.
     """
     path = Path(path)
+    if path.is_symlink():  # written through to its target: renaming over the link would replace it
+        path = Path(os.path.realpath(path))
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, "Is a directory (name a file)", str(path))
+    if path.exists() and not path.is_file():  # a device, a pipe, a socket: renaming over it would replace it
+        raise OSError(errno.EINVAL, "Not a regular file (name a file to write)", str(path))
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

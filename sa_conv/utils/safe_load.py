@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import pickle
 import re
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,8 @@ def load_checkpoint_file(path: str | Path) -> Any:
     """``torch.load`` of ``path`` onto the CPU without running code; ``UnsafeCheckpointError`` (nothing
     read) if the file names a global outside the allow-list, ``CheckpointError`` if it is not readable."""
     try:
-        with safe_globals():
+        with safe_globals(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a pickle protocol torch may not read: the error below says so
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         # torch's refusal of a function or class outside the allow-list, before anything ran (code needs one)
@@ -71,7 +73,9 @@ def load_checkpoint_file(path: str | Path) -> Any:
                 f"{path} asks to run code when it is read ({found.group(1)}: not a tensor or plain data): "
                 "it may be unsafe and was not loaded"
             ) from None
-        raise CheckpointError(f"{path} is not a readable checkpoint ({type(err).__name__})") from None
+        detail = re.search(r"WeightsUnpickler error:\s*(.+)", str(err))  # the safe reader's own complaint
+        what = f"{type(err).__name__}: {detail.group(1).strip()}" if detail else type(err).__name__
+        raise CheckpointError(f"{path} is not a readable checkpoint ({what}); it was not loaded") from None
     except Exception as err:  # zip and EOF errors all mean the same to the user
         raise CheckpointError(f"{path} is not a readable checkpoint ({type(err).__name__})") from None
 

@@ -1,0 +1,215 @@
+"""Shipped weights, their manifest and their history are files from anywhere: each malformed one is refused
+in one line naming the file and what is wrong, before anything reads it, and nothing outside ``weights/``
+is loaded by name."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from helpers import call, one_line_error
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+import sa_conv
+from experiments import evaluate, figures, models
+from sa_conv.analysis.maps import history_of
+from sa_conv.models.weights import manifest, read_weights, save_weights, sha256_of, shipped_file, weights_dir
+from sa_conv.utils.files import atomic_write
+from sa_conv.utils.safe_load import CheckpointError, load_checkpoint_file
+
+NAME = "tiny/quadratic-seed0"
+CONFIG = {"layers": 1, "hidden": 16, "heads": 4, "ffn": 16, "image_size": 8}
+SNAPSHOT = {"step": 0, "layers": [{"mean_distance": [1.0] * 4, "peak_mass": [0.5] * 4, "overlap": 0.1}]}
+
+
+@pytest.fixture
+def weights() -> Path:
+    """A small quadratic model's weights shipped as ``NAME`` in this test's weights folder."""
+    backbone = sa_conv.create_model("quadratic", **CONFIG)
+    path = weights_dir() / f"{NAME}.safetensors"
+    hparams = {"model": "quadratic", "model_config": CONFIG}
+    save_weights(path, backbone, hyper_parameters=hparams, run_config={}, history=[SNAPSHOT], step=3)
+    entry = {"model": "quadratic", "scale": "tiny", "seed": 0, "precision": "32-true", "epochs": 1}
+    entry |= {"test_acc": 0.5, "n_test_images": 8, "params": 1, "file": f"{NAME}.safetensors"}
+    entry |= {"bytes": path.stat().st_size, "sha256": sha256_of(path)}
+    (weights_dir() / "manifest.json").write_text(json.dumps({NAME: entry}))
+    return path
+
+
+def edit_manifest(change: Any) -> None:
+    """Rewrite the manifest: ``change(models)`` edits it in place or returns what to write instead."""
+    path = weights_dir() / "manifest.json"
+    models = json.loads(path.read_text())
+    written = change(models)
+    written = models if written is None else written
+    path.write_text(written if isinstance(written, str) else json.dumps(written))
+
+
+def test_the_fixture_loads_by_name_and_by_path(weights: Path) -> None:
+    """What the faults below break: a valid manifest and file load, by name, by path and as a ``Path``."""
+    for spec in (NAME, Path(NAME), weights):
+        backbone = sa_conv.load_pretrained(spec)
+        assert not backbone.training and backbone.config.hidden == 16
+    assert history_of(read_weights(shipped_file(NAME))) == [SNAPSHOT]
+
+
+MANIFEST_FAULTS = {
+    "not JSON": (lambda m: "{ not json", "is not valid JSON"),
+    "a list": (lambda m: list(m.values()), "must be an object of model entries by name, not a list"),
+    "null": (lambda m: "null", "not null"),
+    "an entry that is a string": (lambda m: {NAME: "x.safetensors"}, f"entry '{NAME}' is a string"),
+    "an entry without its file": (lambda m: m[NAME].pop("file") and None, f"entry '{NAME}' has no 'file'"),
+    "an entry without its sha256": (lambda m: m[NAME].pop("sha256") and None, "has no 'sha256'"),
+    "a file that is a number": (lambda m: m[NAME].update(file=5), "has a number as 'file'"),
+    "an accuracy that is a string": (lambda m: m[NAME].update(test_acc="high"), "a string as 'test_acc'"),
+    "a seed that is a boolean": (lambda m: m[NAME].update(seed=True), "has a boolean as 'seed'"),
+}
+
+
+@pytest.mark.parametrize("fault", MANIFEST_FAULTS)
+def test_a_malformed_manifest_is_refused_naming_it(weights: Path, fault: str, capsys) -> None:
+    change, message = MANIFEST_FAULTS[fault]
+    edit_manifest(change)
+    with pytest.raises(CheckpointError, match=r"manifest\.json") as err:
+        manifest()
+    assert message in str(err.value)
+    for command, argv in ((evaluate, [NAME, "--synthetic"]), (models, [])):
+        line = one_line_error(*call(command, argv, capsys)[::2])
+        assert "manifest.json" in line and message in line
+
+
+def test_a_manifest_entry_names_no_file_outside_the_weights_folder(weights: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere.safetensors"
+    outside.write_bytes(weights.read_bytes())  # a valid weights file, its sha256 the manifest's
+    relative = f"../{outside.parent.name}/{outside.name}"
+    for file in (str(outside), relative, "tiny/../../elsewhere.safetensors"):
+        edit_manifest(lambda m, file=file: m[NAME].update(file=file))
+        with pytest.raises(CheckpointError, match=r"is not a \.safetensors file inside"):
+            sa_conv.load_pretrained(NAME)
+    weights.with_suffix(".ckpt").write_bytes(weights.read_bytes())
+    edit_manifest(lambda m: m[NAME].update(file=f"{NAME}.ckpt"))
+    with pytest.raises(CheckpointError, match=r"is not a \.safetensors file inside"):
+        sa_conv.load_pretrained(NAME)
+
+
+def rewrite_metadata(path: Path, **changes: str | None) -> Path:
+    """A copy of weights file ``path`` whose metadata fields are replaced (``None``: removed)."""
+    with safe_open(str(path), framework="pt") as f:
+        metadata = dict(f.metadata())
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+    for key, value in changes.items():
+        if value is None:
+            metadata.pop(key)
+        else:
+            metadata[key] = value
+    out = path.with_name("changed.safetensors")
+    save_file(tensors, str(out), metadata=metadata)
+    return out
+
+
+METADATA_FAULTS = {
+    "no hyper-parameters": ({"hyper_parameters": None}, "has no 'hyper_parameters' in its metadata"),
+    "no run config": ({"run_config": None}, "has no 'run_config' in its metadata"),
+    "hyper-parameters not JSON": ({"hyper_parameters": "{"}, "'hyper_parameters' is not valid JSON"),
+    "hyper-parameters a list": ({"hyper_parameters": "[1, 2]"}, "'hyper_parameters' is a list"),
+    "hyper-parameters null": ({"hyper_parameters": "null"}, "'hyper_parameters' is null"),
+    "a model config that is a string": (
+        {"hyper_parameters": '{"model": "quadratic", "model_config": "big"}'},
+        "its hyper_parameters name no model and its config",
+    ),
+    "run config not JSON": ({"run_config": "]"}, "'run_config' is not valid JSON"),
+    "history an object": ({"locality_history": "{}"}, "'locality_history' is an object"),
+    "step a string": ({"global_step": '"three"'}, "'global_step' is a string"),
+}
+
+
+@pytest.mark.parametrize("fault", METADATA_FAULTS)
+def test_malformed_metadata_is_refused_naming_the_field(weights: Path, fault: str, capsys) -> None:
+    changes, message = METADATA_FAULTS[fault]
+    changed = rewrite_metadata(weights, **changes)
+    with pytest.raises(CheckpointError, match=r"changed\.safetensors") as err:
+        read_weights(changed)
+    assert message in str(err.value)
+    line = one_line_error(*call(evaluate, [str(changed), "--synthetic"], capsys)[::2])
+    assert message in line
+
+
+HISTORY_FAULTS = {
+    "snapshots that are numbers": ([1, 2], "locality snapshot 0 has no step"),
+    "a step that is a string": ([{**SNAPSHOT, "step": "0"}], "locality snapshot 0 has no step"),
+    "no layers": ([{"step": 0}], "does not list the same layers as the others"),
+    "a layer fewer": ([SNAPSHOT, {"step": 1, "layers": []}], "snapshot 1 does not list the same layers"),
+    "a head's mass a string": (
+        [{"step": 0, "layers": [{"mean_distance": [1.0], "peak_mass": ["x"]}]}],
+        "layer 1: 'peak_mass' is not a list of numbers",
+    ),
+    "per-head lists of two lengths": (
+        [{"step": 0, "layers": [{"mean_distance": [1.0, 2.0], "peak_mass": [0.5]}]}],
+        "'peak_mass' has 1 heads, not 2",
+    ),
+    "centres that are not pairs": (
+        [{"step": 0, "layers": [{**SNAPSHOT["layers"][0], "centres": [[0.0]] * 4}]}],
+        "'centres' is not 4 pairs of numbers",
+    ),
+    "a covariance that is not 2x2": (
+        [{"step": 0, "layers": [{**SNAPSHOT["layers"][0], "inverse_covariance": [[[1.0]]] * 4}]}],
+        "'inverse_covariance' is not 4 2x2 matrices",
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", HISTORY_FAULTS)
+def test_a_malformed_history_is_refused_before_a_figure_is_written(
+    weights: Path, fault: str, tmp_path: Path, capsys
+) -> None:
+    history, message = HISTORY_FAULTS[fault]
+    changed = rewrite_metadata(weights, locality_history=json.dumps(history))
+    with pytest.raises(CheckpointError, match=r"changed\.safetensors") as err:
+        history_of(read_weights(changed))
+    assert message in str(err.value)
+    out = tmp_path / "figs"
+    line = one_line_error(*call(figures, [str(changed), "--out", str(out)], capsys)[::2])
+    assert message in line and not out.exists()
+
+
+def test_load_pretrained_says_what_it_takes(weights: Path, tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="takes a shipped model's name, not a list"):
+        sa_conv.load_pretrained([NAME])  # type: ignore[arg-type]
+    ckpt = tmp_path / "run.ckpt"
+    torch.save({"state_dict": {}}, ckpt)
+    with pytest.raises(CheckpointError, match=r"is not a weights file \(\*.safetensors\)"):
+        sa_conv.load_pretrained(ckpt)
+    with pytest.raises(CheckpointError, match=r"weights file .* does not exist"):
+        sa_conv.load_pretrained(tmp_path / "absent.safetensors")
+    with pytest.raises(CheckpointError, match="neither a file nor a shipped model"):
+        sa_conv.load_pretrained("tiny/absent-seed0")
+
+
+def test_a_plain_pickle_is_refused_in_one_message_and_no_warning(tmp_path: Path) -> None:
+    path = tmp_path / "plain.ckpt"
+    path.write_bytes(pickle.dumps({"state_dict": {}}, protocol=4))
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(CheckpointError) as err:
+        warnings.simplefilter("always")
+        load_checkpoint_file(path)
+    assert "is not a readable checkpoint (UnpicklingError: " in str(err.value) and "\n" not in str(err.value)
+    assert not caught, [str(w.message) for w in caught]
+
+
+def test_an_output_path_that_is_a_link_is_written_through_and_a_pipe_is_refused(tmp_path: Path) -> None:
+    import os
+
+    target, link = tmp_path / "target.html", tmp_path / "link.html"
+    link.symlink_to(target)
+    atomic_write(link, lambda tmp: tmp.write_text("page"))
+    assert link.is_symlink() and target.read_text() == "page"
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    with pytest.raises(OSError, match="Not a regular file"):
+        atomic_write(pipe, lambda tmp: tmp.write_text("page"))
+    assert pipe.is_fifo() and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

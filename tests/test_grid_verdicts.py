@@ -176,6 +176,25 @@ def test_the_outward_shifts_the_section_quotes() -> None:
     assert first0 < 0 <= first1 < 0.5  # "drew in" and "moved out a little"
 
 
+def test_the_six_layer_motion_the_section_quotes() -> None:
+    """The six-layer seed-0 run's median displacement and outward shift per layer, and which of layers 4-6
+    already meet the 45-epoch question's outward threshold at 15 epochs."""
+    text = section_text()
+    (row,) = (
+        r
+        for r in json.loads((REPO / "results/small6.json").read_text())
+        if r["name"] == "quadratic" and r["seed"] == 0
+    )
+    layers = row["layers"]
+    moved = ", ".join(f"{la['median_displacement']:.2f}" for la in layers)
+    outward = ", ".join(f"{la['median_outward']:+.2f}" for la in layers)
+    assert f"median displacement per layer {moved} px, median outward {outward} px" in text
+    meets = [i for i in (4, 5, 6) if layers[i - 1]["median_outward"] >= OUTWARD_PX]
+    assert meets == [5, 6] and layers[0]["median_outward"] < 0  # "layer 1 draws in"
+    assert f"layers 5 and 6 already move outward by the {OUTWARD_PX:+g} px" in text
+    assert f"layer 4 does not ({layers[3]['median_outward']:+.2f})" in text
+
+
 def test_the_longer_schedule_against_the_budget_runs() -> None:
     """The 60-epoch runs' accuracies and their paired tests against the 15-epoch runs of the same seeds."""
     from sa_conv.analysis.statistics import mcnemar, paired_bootstrap

@@ -18,10 +18,10 @@ from experiments.presets import preset
 from experiments.study.entries import PAPER_TABLE, Entry, entry_config
 from experiments.study.milestones import milestone_lines
 from sa_conv.analysis.flops import analytic_flops
-from sa_conv.analysis.maps import initial_of, layer_summary
+from sa_conv.analysis.maps import history_of, initial_of, layer_summary
 from sa_conv.analysis.statistics import accuracy_stderr, mcnemar, paired_bootstrap
 from sa_conv.models import SAConfig
-from sa_conv.models.weights import manifest, read_weights
+from sa_conv.models.weights import entry_file, manifest, read_weights
 from sa_conv.training.config import RunConfig, config_difference
 from sa_conv.training.summary import RunSummary
 from sa_conv.utils.files import lock_file_of, locked, merge_rows, write_json, write_text
@@ -131,7 +131,7 @@ def committed_rows(
         name = f"{scale}/{key[0]}-seed{key[1]}"
         entry = shipped.get(name)
         if weights is not None and entry is not None and same_run(name, entry, row, config):
-            row |= shipped_locality(weights / entry["file"])
+            row |= shipped_locality(name, entry, weights)
         kept[key] = {**row, **flops_of(config), "rechecked": False}
     return kept
 
@@ -151,15 +151,15 @@ def same_run(name: str, entry: dict[str, Any], row: dict[str, Any], config: RunC
     return not differs
 
 
-def shipped_locality(path: Path) -> dict[str, Any]:
-    """A shipped run's ``layers`` and ``locality_history`` columns, from the locality record in its
-    weights file (none where it carries no record, or where the file is missing or unreadable)."""
+def shipped_locality(name: str, entry: dict[str, Any], weights: Path) -> dict[str, Any]:
+    """A shipped run's ``layers`` and ``locality_history`` columns, from the locality record in the
+    weights file of its manifest ``entry`` (none where it carries no record, or where the file is missing,
+    unreadable or malformed)."""
     try:
-        contents = read_weights(path)
+        history = history_of(read_weights(entry_file(name, entry, weights))) or []
     except CheckpointError as err:
         print(f"warning: {err}; its row keeps its committed locality", file=sys.stderr)
         return {}
-    history = contents.get("callbacks", {}).get("AttentionFigures", {}).get("history") or []
     if not history:
         return {}
     layers = layer_summary(history[-1], initial_of(history))

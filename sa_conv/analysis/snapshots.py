@@ -28,10 +28,12 @@ def check_history(history: Any, source: str) -> list[dict[str, Any]]:
     for i, snapshot in enumerate(history):
         where = f"{source}: locality snapshot {i}"
         if not isinstance(snapshot, dict) or not _is_int(snapshot.get("step")):
-            raise CheckpointError(f"{where} has no step")
+            raise CheckpointError(f"{where} is not an object with an integer 'step'")
         layers = snapshot.get("layers")
-        if not isinstance(layers, list) or not layers or (depth is not None and len(layers) != depth):
-            raise CheckpointError(f"{where} does not list the same layers as the others")
+        if not isinstance(layers, list) or not layers:
+            raise CheckpointError(f"{where} has no 'layers' list")
+        if depth is not None and len(layers) != depth:
+            raise CheckpointError(f"{where} lists {len(layers)} layers, snapshot 0 {depth}")
         depth = len(layers)
         for j, layer in enumerate(layers, 1):
             problem = _layer_problem(layer)
@@ -50,7 +52,7 @@ def _layer_problem(layer: Any) -> str | None:
         if not isinstance(values, list) or not values or not all(_is_number(v) for v in values):
             return f"{key!r} is not a list of numbers, one per head"
         if heads is not None and len(values) != heads:
-            return f"{key!r} has {len(values)} heads, not {heads}"
+            return f"{key!r} has {len(values)} entries, {_PER_HEAD[0]!r} {heads}"
         heads = len(values)
     for key, width in _OPTIONAL_PER_HEAD.items():
         if key in layer and not _is_rows(layer[key], heads, width):
@@ -61,6 +63,8 @@ def _layer_problem(layer: Any) -> str | None:
         and all(_is_rows(m, 2, 2) for m in layer["inverse_covariance"])
     ):
         return f"'inverse_covariance' is not {heads} 2x2 matrices"
+    if ("overlap" in layer) != ("coverage" in layer):  # recorded together, read together
+        return "holds one of 'overlap' and 'coverage' without the other"
     for key in ("overlap", "coverage"):
         if key in layer and not _is_number(layer[key]):
             return f"{key!r} is not a number"

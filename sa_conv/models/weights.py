@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from safetensors import SafetensorError, safe_open
@@ -36,6 +36,7 @@ __all__ = [
     "FORMAT",
     "backbone_of",
     "carried_checkpoint",
+    "entry_file",
     "load_pretrained",
     "manifest",
     "read_weights",
@@ -76,6 +77,7 @@ ENTRY_FIELDS: dict[str, type | tuple[type, ...]] = {
     "file": str,
     "bytes": int,
     "sha256": str,
+    "config": dict,
 }
 
 
@@ -98,7 +100,10 @@ def manifest(root: Path | None = None) -> dict[str, dict[str, Any]]:
             if field not in entry:
                 raise CheckpointError(f"{path}: entry {name!r} has no {field!r}")
             if not _is(entry[field], kind):
-                raise CheckpointError(f"{path}: entry {name!r} has {_json_type(entry[field])} as {field!r}")
+                raise CheckpointError(
+                    f"{path}: entry {name!r} has {_json_type(entry[field])} as {field!r}, "
+                    f"not {_json_type(kind)}"
+                )
     return models
 
 
@@ -108,8 +113,13 @@ def _is(value: Any, kind: type | tuple[type, ...]) -> bool:
 
 
 def _json_type(value: Any) -> str:
-    """What a decoded JSON value is, for messages: ``a list``, ``null``."""
+    """What a decoded JSON value (or a field's type, or the first of its types) is, for messages:
+    ``a list``, ``null``."""
     names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number"}
+    if isinstance(value, tuple):
+        value = value[0]
+    if isinstance(value, type):
+        value = value()  # an instance names its type: {} an object, 0 a number
     return "null" if value is None else names.get(type(value), "a number")
 
 
@@ -148,7 +158,10 @@ def read_weights(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"{path} is not an sa-conv weights file (no {FORMAT!r} metadata)")
     hparams = _metadata_field(path, metadata, "hyper_parameters", dict)
     if not isinstance(hparams.get("model"), str) or not isinstance(hparams.get("model_config"), dict):
-        raise CheckpointError(f"{path}: its hyper_parameters name no model and its config")
+        raise CheckpointError(
+            f"{path}: its metadata 'hyper_parameters' needs a model name ('model', a string) and its "
+            "options ('model_config', an object)"
+        )
     history = _metadata_field(path, metadata, "locality_history", list)
     step = _metadata_field(path, metadata, "global_step", (int, type(None)), default="null")
     return {
@@ -175,8 +188,20 @@ def _metadata_field(
     except ValueError:
         raise CheckpointError(f"{path}: its metadata {key!r} is not valid JSON") from None
     if not _is(value, kind):
-        raise CheckpointError(f"{path}: its metadata {key!r} is {_json_type(value)}")
+        raise CheckpointError(f"{path}: its metadata {key!r} is {_json_type(value)}, not {_json_type(kind)}")
     return value
+
+
+def entry_file(name: str, entry: dict[str, Any], root: Path | None = None) -> Path:
+    """Where manifest ``entry`` (of model ``name``) keeps its weights: its ``file``, a relative
+    ``.safetensors`` path below the weights folder ``root``; ``CheckpointError`` for any other path."""
+    file = PurePosixPath(entry["file"])
+    if file.is_absolute() or ".." in file.parts or file.suffix != ".safetensors":
+        raise CheckpointError(
+            f"the manifest's file of {name} ({entry['file']}) must be a relative .safetensors path inside "
+            "the weights folder"
+        )
+    return (root or weights_dir()) / file
 
 
 def shipped_file(name: str) -> Path:
@@ -185,16 +210,10 @@ def shipped_file(name: str) -> Path:
     if name not in models:
         names = ", ".join(sorted(models)) or "none ship in this checkout"
         raise CheckpointError(f"{name} is neither a file nor a shipped model (shipped: {names})")
-    entry = models[name]
-    root = weights_dir().resolve()
-    path = (root / entry["file"]).resolve()
-    if not path.is_relative_to(root) or path.suffix != ".safetensors":
-        raise CheckpointError(
-            f"the manifest's file of {name} ({entry['file']}) is not a .safetensors file inside {root}"
-        )
+    path = entry_file(name, models[name])
     if not path.is_file():
         raise CheckpointError(f"the weights of {name} ({path}) are missing from this checkout")
-    if sha256_of(path) != entry["sha256"]:
+    if sha256_of(path) != models[name]["sha256"]:
         raise CheckpointError(f"{path} differs from the manifest's sha256: the file changed since it shipped")
     return path
 
@@ -218,14 +237,17 @@ def backbone_of(record: dict[str, Any]) -> Backbone:
 def load_pretrained(name: str | os.PathLike[str]) -> Backbone:
     """A shipped model by name (``small6/quadratic-seed0``) or a weights file, its backbone in eval mode."""
     if not isinstance(name, str | os.PathLike):
-        raise TypeError(f"load_pretrained takes a shipped model's name, not a {type(name).__name__}")
+        raise TypeError(
+            "load_pretrained takes a shipped model's name or a weights file's path, "
+            f"not a {type(name).__name__}"
+        )
     spec = os.fspath(name)
     path = Path(spec)
     if path.suffix == ".safetensors" or path.is_file():
         if path.suffix != ".safetensors":
             raise CheckpointError(
-                f"{path} is not a weights file (*.safetensors); a checkpoint's model: "
-                "sa_conv.training.checkpoints.module_from_checkpoint"
+                f"{path} is not a weights file (*.safetensors); for a training checkpoint use "
+                "sa_conv.training.checkpoints.module_from_checkpoint(path).backbone"
             )
         if not path.is_file():
             raise CheckpointError(f"weights file {path} does not exist")
@@ -246,6 +268,7 @@ def ship(
     ``root`` (default ``weights_dir()``) and list it in the manifest (under a lock: studies of several
     scales may ship at once); returns its entry."""
     root = root or weights_dir()
+    manifest(root)  # a malformed manifest is refused before any file is written
     backbone = backbone_of(ckpt)
     file = f"{name}.safetensors"
     save_weights(

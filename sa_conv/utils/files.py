@@ -119,7 +119,10 @@ def atomic_write(path: str | Path, write: Callable[[Path], object], *, what: str
     """
     path = Path(path)
     if path.is_symlink():  # written through to its target: renaming over the link would replace it
-        path = Path(os.path.realpath(path))
+        target = Path(os.path.realpath(path))
+        if target.is_symlink() or not target.parent.is_dir():  # a loop, or a link into no folder
+            raise OSError(errno.ELOOP, "A link that leads to no writable file", str(path))
+        path = target
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, "Is a directory (name a file)", str(path))
     if path.exists() and not path.is_file():  # a device, a pipe, a socket: renaming over it would replace it

@@ -63,7 +63,8 @@ def load_checkpoint_file(path: str | Path) -> Any:
     read) if the file names a global outside the allow-list, ``CheckpointError`` if it is not readable."""
     try:
         with safe_globals(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a pickle protocol torch may not read: the error below says so
+            # torch warns of a pickle protocol it may not read; the error below says what it could not
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         # torch's refusal of a function or class outside the allow-list, before anything ran (code needs one)
@@ -75,6 +76,7 @@ def load_checkpoint_file(path: str | Path) -> Any:
             ) from None
         detail = re.search(r"WeightsUnpickler error:\s*(.+)", str(err))  # the safe reader's own complaint
         what = f"{type(err).__name__}: {detail.group(1).strip()}" if detail else type(err).__name__
+        what += "; a plain pickle, not a torch checkpoint?" if "Unsupported operand" in what else ""
         raise CheckpointError(f"{path} is not a readable checkpoint ({what}); it was not loaded") from None
     except Exception as err:  # zip and EOF errors all mean the same to the user
         raise CheckpointError(f"{path} is not a readable checkpoint ({type(err).__name__})") from None

@@ -5,6 +5,7 @@ is loaded by name."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import warnings
 from pathlib import Path
@@ -25,7 +26,8 @@ from sa_conv.utils.safe_load import CheckpointError, load_checkpoint_file
 
 NAME = "tiny/quadratic-seed0"
 CONFIG = {"layers": 1, "hidden": 16, "heads": 4, "ffn": 16, "image_size": 8}
-SNAPSHOT = {"step": 0, "layers": [{"mean_distance": [1.0] * 4, "peak_mass": [0.5] * 4, "overlap": 0.1}]}
+LAYER = {"mean_distance": [1.0] * 4, "peak_mass": [0.5] * 4, "overlap": 0.1, "coverage": 3}
+SNAPSHOT = {"step": 0, "layers": [LAYER]}
 
 
 @pytest.fixture
@@ -37,7 +39,7 @@ def weights() -> Path:
     save_weights(path, backbone, hyper_parameters=hparams, run_config={}, history=[SNAPSHOT], step=3)
     entry = {"model": "quadratic", "scale": "tiny", "seed": 0, "precision": "32-true", "epochs": 1}
     entry |= {"test_acc": 0.5, "n_test_images": 8, "params": 1, "file": f"{NAME}.safetensors"}
-    entry |= {"bytes": path.stat().st_size, "sha256": sha256_of(path)}
+    entry |= {"bytes": path.stat().st_size, "sha256": sha256_of(path), "config": {}}
     (weights_dir() / "manifest.json").write_text(json.dumps({NAME: entry}))
     return path
 
@@ -59,21 +61,30 @@ def test_the_fixture_loads_by_name_and_by_path(weights: Path) -> None:
     assert history_of(read_weights(shipped_file(NAME))) == [SNAPSHOT]
 
 
+def drop(models: dict[str, Any], field: str) -> None:
+    """Remove ``field`` from the entry of ``NAME`` (in place: the manifest is written as edited)."""
+    del models[NAME][field]
+
+
 MANIFEST_FAULTS = {
     "not JSON": (lambda m: "{ not json", "is not valid JSON"),
     "a list": (lambda m: list(m.values()), "must be an object of model entries by name, not a list"),
     "null": (lambda m: "null", "not null"),
     "an entry that is a string": (lambda m: {NAME: "x.safetensors"}, f"entry '{NAME}' is a string"),
-    "an entry without its file": (lambda m: m[NAME].pop("file") and None, f"entry '{NAME}' has no 'file'"),
-    "an entry without its sha256": (lambda m: m[NAME].pop("sha256") and None, "has no 'sha256'"),
-    "a file that is a number": (lambda m: m[NAME].update(file=5), "has a number as 'file'"),
+    "an entry without its file": (lambda m: drop(m, "file"), f"entry '{NAME}' has no 'file'"),
+    "an entry without its sha256": (lambda m: drop(m, "sha256"), "has no 'sha256'"),
+    "a file that is a number": (lambda m: m[NAME].update(file=5), "has a number as 'file', not a string"),
+    "no run config": (lambda m: drop(m, "config"), "has no 'config'"),
     "an accuracy that is a string": (lambda m: m[NAME].update(test_acc="high"), "a string as 'test_acc'"),
     "a seed that is a boolean": (lambda m: m[NAME].update(seed=True), "has a boolean as 'seed'"),
 }
 
 
 @pytest.mark.parametrize("fault", MANIFEST_FAULTS)
-def test_a_malformed_manifest_is_refused_naming_it(weights: Path, fault: str, capsys) -> None:
+def test_a_malformed_manifest_is_refused_naming_it(
+    weights: Path, fault: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The library and the commands name the manifest and what is wrong with it, in one line."""
     change, message = MANIFEST_FAULTS[fault]
     edit_manifest(change)
     with pytest.raises(CheckpointError, match=r"manifest\.json") as err:
@@ -85,17 +96,26 @@ def test_a_malformed_manifest_is_refused_naming_it(weights: Path, fault: str, ca
 
 
 def test_a_manifest_entry_names_no_file_outside_the_weights_folder(weights: Path, tmp_path: Path) -> None:
+    """Only a relative .safetensors path below the weights folder is read, however the file's sha256 fits."""
     outside = tmp_path / "elsewhere.safetensors"
     outside.write_bytes(weights.read_bytes())  # a valid weights file, its sha256 the manifest's
     relative = f"../{outside.parent.name}/{outside.name}"
     for file in (str(outside), relative, "tiny/../../elsewhere.safetensors"):
         edit_manifest(lambda m, file=file: m[NAME].update(file=file))
-        with pytest.raises(CheckpointError, match=r"is not a \.safetensors file inside"):
+        with pytest.raises(CheckpointError, match=r"must be a relative \.safetensors path inside"):
             sa_conv.load_pretrained(NAME)
     weights.with_suffix(".ckpt").write_bytes(weights.read_bytes())
     edit_manifest(lambda m: m[NAME].update(file=f"{NAME}.ckpt"))
-    with pytest.raises(CheckpointError, match=r"is not a \.safetensors file inside"):
+    with pytest.raises(CheckpointError, match=r"must be a relative \.safetensors path inside"):
         sa_conv.load_pretrained(NAME)
+
+
+def test_a_weights_folder_that_links_elsewhere_still_loads(weights: Path, tmp_path: Path) -> None:
+    """A scale folder kept in a shared store and linked into weights/ is inside it, by its manifest path."""
+    store = tmp_path / "store"
+    weights.parent.rename(store)
+    weights.parent.symlink_to(store, target_is_directory=True)
+    assert not sa_conv.load_pretrained(NAME).training
 
 
 def rewrite_metadata(path: Path, **changes: str | None) -> Path:
@@ -117,11 +137,14 @@ METADATA_FAULTS = {
     "no hyper-parameters": ({"hyper_parameters": None}, "has no 'hyper_parameters' in its metadata"),
     "no run config": ({"run_config": None}, "has no 'run_config' in its metadata"),
     "hyper-parameters not JSON": ({"hyper_parameters": "{"}, "'hyper_parameters' is not valid JSON"),
-    "hyper-parameters a list": ({"hyper_parameters": "[1, 2]"}, "'hyper_parameters' is a list"),
+    "hyper-parameters a list": (
+        {"hyper_parameters": "[1, 2]"},
+        "'hyper_parameters' is a list, not an object",
+    ),
     "hyper-parameters null": ({"hyper_parameters": "null"}, "'hyper_parameters' is null"),
     "a model config that is a string": (
         {"hyper_parameters": '{"model": "quadratic", "model_config": "big"}'},
-        "its hyper_parameters name no model and its config",
+        "'hyper_parameters' needs a model name ('model', a string) and its options",
     ),
     "run config not JSON": ({"run_config": "]"}, "'run_config' is not valid JSON"),
     "history an object": ({"locality_history": "{}"}, "'locality_history' is an object"),
@@ -130,7 +153,10 @@ METADATA_FAULTS = {
 
 
 @pytest.mark.parametrize("fault", METADATA_FAULTS)
-def test_malformed_metadata_is_refused_naming_the_field(weights: Path, fault: str, capsys) -> None:
+def test_malformed_metadata_is_refused_naming_the_field(
+    weights: Path, fault: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each metadata field is decoded and type-checked; the error names the file and the field."""
     changes, message = METADATA_FAULTS[fault]
     changed = rewrite_metadata(weights, **changes)
     with pytest.raises(CheckpointError, match=r"changed\.safetensors") as err:
@@ -141,21 +167,32 @@ def test_malformed_metadata_is_refused_naming_the_field(weights: Path, fault: st
 
 
 HISTORY_FAULTS = {
-    "snapshots that are numbers": ([1, 2], "locality snapshot 0 has no step"),
-    "a step that is a string": ([{**SNAPSHOT, "step": "0"}], "locality snapshot 0 has no step"),
-    "no layers": ([{"step": 0}], "does not list the same layers as the others"),
-    "a layer fewer": ([SNAPSHOT, {"step": 1, "layers": []}], "snapshot 1 does not list the same layers"),
+    "snapshots that are numbers": ([1, 2], "locality snapshot 0 is not an object with an integer 'step'"),
+    "a step that is a string": ([{**SNAPSHOT, "step": "0"}], "with an integer 'step'"),
+    "no layers": ([{"step": 0}], "locality snapshot 0 has no 'layers' list"),
+    "a layer more": (
+        [SNAPSHOT, {"step": 1, "layers": [LAYER, LAYER]}],
+        "snapshot 1 lists 2 layers, snapshot 0 1",
+    ),
     "a head's mass a string": (
         [{"step": 0, "layers": [{"mean_distance": [1.0], "peak_mass": ["x"]}]}],
         "layer 1: 'peak_mass' is not a list of numbers",
     ),
     "per-head lists of two lengths": (
         [{"step": 0, "layers": [{"mean_distance": [1.0, 2.0], "peak_mass": [0.5]}]}],
-        "'peak_mass' has 1 heads, not 2",
+        "'peak_mass' has 1 entries, 'mean_distance' 2",
     ),
     "centres that are not pairs": (
         [{"step": 0, "layers": [{**SNAPSHOT["layers"][0], "centres": [[0.0]] * 4}]}],
         "'centres' is not 4 pairs of numbers",
+    ),
+    "a coverage that is null": (
+        [{"step": 0, "layers": [{**LAYER, "coverage": None}]}],
+        "'coverage' is not a number",
+    ),
+    "an overlap alone": (
+        [{"step": 0, "layers": [{k: v for k, v in LAYER.items() if k != "coverage"}]}],
+        "holds one of 'overlap' and 'coverage' without the other",
     ),
     "a covariance that is not 2x2": (
         [{"step": 0, "layers": [{**SNAPSHOT["layers"][0], "inverse_covariance": [[[1.0]]] * 4}]}],
@@ -166,8 +203,9 @@ HISTORY_FAULTS = {
 
 @pytest.mark.parametrize("fault", HISTORY_FAULTS)
 def test_a_malformed_history_is_refused_before_a_figure_is_written(
-    weights: Path, fault: str, tmp_path: Path, capsys
+    weights: Path, fault: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The history's layout is checked where it is read, before the figures' folder is made."""
     history, message = HISTORY_FAULTS[fault]
     changed = rewrite_metadata(weights, locality_history=json.dumps(history))
     with pytest.raises(CheckpointError, match=r"changed\.safetensors") as err:
@@ -179,7 +217,8 @@ def test_a_malformed_history_is_refused_before_a_figure_is_written(
 
 
 def test_load_pretrained_says_what_it_takes(weights: Path, tmp_path: Path) -> None:
-    with pytest.raises(TypeError, match="takes a shipped model's name, not a list"):
+    """A name or a weights file; anything else is refused saying what it takes."""
+    with pytest.raises(TypeError, match="name or a weights file's path, not a list"):
         sa_conv.load_pretrained([NAME])  # type: ignore[arg-type]
     ckpt = tmp_path / "run.ckpt"
     torch.save({"state_dict": {}}, ckpt)
@@ -192,6 +231,7 @@ def test_load_pretrained_says_what_it_takes(weights: Path, tmp_path: Path) -> No
 
 
 def test_a_plain_pickle_is_refused_in_one_message_and_no_warning(tmp_path: Path) -> None:
+    """torch's warning about the pickle protocol is not printed beside the one error."""
     path = tmp_path / "plain.ckpt"
     path.write_bytes(pickle.dumps({"state_dict": {}}, protocol=4))
     with warnings.catch_warnings(record=True) as caught, pytest.raises(CheckpointError) as err:
@@ -202,12 +242,21 @@ def test_a_plain_pickle_is_refused_in_one_message_and_no_warning(tmp_path: Path)
 
 
 def test_an_output_path_that_is_a_link_is_written_through_and_a_pipe_is_refused(tmp_path: Path) -> None:
-    import os
-
+    """A link keeps pointing at its target, now rewritten; a pipe, a link loop or a link into no folder is
+    refused and left as it was."""
     target, link = tmp_path / "target.html", tmp_path / "link.html"
+    target.write_text("old page")
     link.symlink_to(target)
     atomic_write(link, lambda tmp: tmp.write_text("page"))
-    assert link.is_symlink() and target.read_text() == "page"
+    assert link.is_symlink() and link.resolve() == target and target.read_text() == "page"
+    loop, nowhere = tmp_path / "loop", tmp_path / "nowhere"
+    loop.symlink_to(loop)
+    nowhere.symlink_to(tmp_path / "missing" / "page.html")
+    for bad in (loop, nowhere):
+        with pytest.raises(OSError, match="A link that leads to no writable file"):
+            atomic_write(bad, lambda tmp: tmp.write_text("page"))
+        assert bad.is_symlink()
+    assert not (tmp_path / "missing").exists()
     pipe = tmp_path / "pipe"
     os.mkfifo(pipe)
     with pytest.raises(OSError, match="Not a regular file"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sa_conv.utils.json_values import is_json
 from sa_conv.utils.safe_load import CheckpointError
 
 __all__ = ["check_history"]
@@ -27,7 +28,7 @@ def check_history(history: Any, source: str) -> list[dict[str, Any]]:
     depth = None
     for i, snapshot in enumerate(history):
         where = f"{source}: locality snapshot {i}"
-        if not isinstance(snapshot, dict) or not _is_int(snapshot.get("step")):
+        if not isinstance(snapshot, dict) or not _integer(snapshot.get("step")):
             raise CheckpointError(f"{where} is not an object with an integer 'step'")
         layers = snapshot.get("layers")
         if not isinstance(layers, list) or not layers:
@@ -49,7 +50,7 @@ def _layer_problem(layer: Any) -> str | None:
     heads = None
     for key in _PER_HEAD:
         values = layer.get(key)
-        if not isinstance(values, list) or not values or not all(_is_number(v) for v in values):
+        if not isinstance(values, list) or not values or not all(_number(v) for v in values):
             return f"{key!r} is not a list of numbers, one per head"
         if heads is not None and len(values) != heads:
             return f"{key!r} has {len(values)} entries, {_PER_HEAD[0]!r} {heads}"
@@ -66,7 +67,7 @@ def _layer_problem(layer: Any) -> str | None:
     if ("overlap" in layer) != ("coverage" in layer):  # recorded together, read together
         return "holds one of 'overlap' and 'coverage' without the other"
     for key in ("overlap", "coverage"):
-        if key in layer and not _is_number(layer[key]):
+        if key in layer and not _number(layer[key]):
             return f"{key!r} is not a number"
     return None
 
@@ -76,15 +77,15 @@ def _is_rows(value: Any, rows: int | None, width: int) -> bool:
     return (
         isinstance(value, list)
         and len(value) == rows
-        and all(isinstance(r, list) and len(r) == width and all(_is_number(v) for v in r) for r in value)
+        and all(isinstance(r, list) and len(r) == width and all(_number(v) for v in r) for r in value)
     )
 
 
-def _is_number(value: Any) -> bool:
-    """A JSON number (not a boolean)."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
+def _number(value: Any) -> bool:
+    """A JSON number."""
+    return is_json(value, (int, float))
 
 
-def _is_int(value: Any) -> bool:
-    """A JSON integer (not a boolean)."""
-    return isinstance(value, int) and not isinstance(value, bool)
+def _integer(value: Any) -> bool:
+    """A JSON integer."""
+    return is_json(value, int)

@@ -29,6 +29,7 @@ from sa_conv import __version__
 from sa_conv.models import MODELS as REGISTRY
 from sa_conv.models import Backbone, model_config
 from sa_conv.utils.files import atomic_write, locked, write_text
+from sa_conv.utils.json_values import is_json, json_kind
 from sa_conv.utils.safe_load import CheckpointError
 
 __all__ = [
@@ -92,35 +93,19 @@ def manifest(root: Path | None = None) -> dict[str, dict[str, Any]]:
     except ValueError as err:  # not JSON, or not UTF-8
         raise CheckpointError(f"{path} is not valid JSON ({err})") from None
     if not isinstance(models, dict):
-        raise CheckpointError(f"{path} must be an object of model entries by name, not {_json_type(models)}")
+        raise CheckpointError(f"{path} must be an object of model entries by name, not {json_kind(models)}")
     for name, entry in models.items():
         if not isinstance(entry, dict):
-            raise CheckpointError(f"{path}: entry {name!r} is {_json_type(entry)}, not an object")
+            raise CheckpointError(f"{path}: entry {name!r} is {json_kind(entry)}, not an object")
         for field, kind in ENTRY_FIELDS.items():
             if field not in entry:
                 raise CheckpointError(f"{path}: entry {name!r} has no {field!r}")
-            if not _is(entry[field], kind):
+            if not is_json(entry[field], kind):
                 raise CheckpointError(
-                    f"{path}: entry {name!r} has {_json_type(entry[field])} as {field!r}, "
-                    f"not {_json_type(kind)}"
+                    f"{path}: entry {name!r} has {json_kind(entry[field])} as {field!r}, "
+                    f"not {json_kind(kind)}"
                 )
     return models
-
-
-def _is(value: Any, kind: type | tuple[type, ...]) -> bool:
-    """``isinstance``, a JSON ``true``/``false`` not counting as a number."""
-    return isinstance(value, kind) and not isinstance(value, bool)
-
-
-def _json_type(value: Any) -> str:
-    """What a decoded JSON value (or a field's type, or the first of its types) is, for messages:
-    ``a list``, ``null``."""
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number"}
-    if isinstance(value, tuple):
-        value = value[0]
-    if isinstance(value, type):
-        value = value()  # an instance names its type: {} an object, 0 a number
-    return "null" if value is None else names.get(type(value), "a number")
 
 
 def save_weights(
@@ -187,8 +172,8 @@ def _metadata_field(
         value = json.loads(text)
     except ValueError:
         raise CheckpointError(f"{path}: its metadata {key!r} is not valid JSON") from None
-    if not _is(value, kind):
-        raise CheckpointError(f"{path}: its metadata {key!r} is {_json_type(value)}, not {_json_type(kind)}")
+    if not is_json(value, kind):
+        raise CheckpointError(f"{path}: its metadata {key!r} is {json_kind(value)}, not {json_kind(kind)}")
     return value
 
 

@@ -92,11 +92,20 @@ def deeper_layers_wider() -> list[str]:
 
 
 def sixteen_heads() -> list[str]:
-    (run,) = runs("small6", "quadratic-16heads")  # "the one ... run": a second seed must rewrite the row
-    per_layer = ", ".join(str(layer["sharp_heads"]) for layer in run["layers"])
+    rows = runs("small6", "quadratic-16heads")
+    heads, half = rows[0]["heads"], len(rows[0]["layers"]) // 2
+    lower, upper = (
+        [sum(layer["sharp_heads"] for layer in r["layers"][part]) for r in rows]
+        for part in (slice(None, half), slice(half, None))
+    )
+    # "by halves of the depth, not layer by layer": more sharp heads below in every seed, some above in each
+    assert all(low > up > 0 for low, up in zip(lower, upper, strict=True)), (lower, upper)
+    per_layer = " and ".join(", ".join(str(layer["sharp_heads"]) for layer in r["layers"]) for r in rows)
     return [
-        f"not seen in the one `small6` {run['heads']}-head run ({seeds([run])})",
-        f"sharp heads per layer {per_layer} of {run['heads']}",
+        f"reproduced by halves of the depth at `small6` ({heads} heads, {seeds(rows)})",
+        f"sharp heads per layer {per_layer} of {heads}",
+        f"layers 1-{half} against {half + 1}-{2 * half}: "
+        + " and ".join(f"{low} against {up}" for low, up in zip(lower, upper, strict=True)),
     ]
 
 

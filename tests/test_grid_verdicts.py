@@ -231,6 +231,9 @@ def independent_runs(scales: tuple[str, ...] = ("small", "small6")) -> list[dict
     ]
 
 
+NUMBER_WORDS = {6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+
+
 def sign_test(wins: int, runs: int) -> float:
     """Two-sided exact sign test: the chance of a split at least this uneven among ``runs`` fair coins."""
     tail = sum(math.comb(runs, k) for k in range(min(wins, runs - wins) + 1)) / 2**runs
@@ -246,13 +249,16 @@ def test_where_the_sharp_heads_sit() -> None:
     assert not any(u == d for u, d in zip(up, down, strict=True))
     sides = [(r > lt) for r, lt in zip(right, left, strict=True) if r != lt]
     text = section_text()
-    assert "Over the six independent quadratic and Gaussian runs" in text and len(runs) == 6
+    count = NUMBER_WORDS[len(runs)]  # a run added to the JSON must be counted in the text
+    assert f"Over the {count} independent quadratic and Gaussian runs" in text
     counts = (
         f"{sum(up)} of the {sum(map(len, taps))} sharp heads (every layer) attend to a pixel above the query "
         f"and {sum(down)} to one below, {sum(right)} to the right and {sum(left)} to the left"
     )
     assert counts in text
-    assert above == len(runs) and "Every one of the six runs has more sharp heads above than below" in text
+    assert (
+        above == len(runs) and f"Every one of the {count} runs has more sharp heads above than below" in text
+    )
     on_row, on_column = (sum(t[axis] == 0 for run in taps for t in run) for axis in (0, 1))
     assert f"(the other {on_row} on the query's row, the other {on_column} on its column)" in text
     p_up = sign_test(above, len(runs))

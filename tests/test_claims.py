@@ -102,7 +102,7 @@ def sixteen_heads() -> list[str]:
     assert all(low > up > 0 for low, up in zip(lower, upper, strict=True)), (lower, upper)
     per_layer = " and ".join(", ".join(str(layer["sharp_heads"]) for layer in r["layers"]) for r in rows)
     return [
-        f"reproduced by halves of the depth at `small6` ({heads} heads, {seeds(rows)})",
+        f"consistent with it at `small6` ({heads} heads, {seeds(rows)}) when counted by halves of the depth",
         f"sharp heads per layer {per_layer} of {heads}",
         f"layers 1-{half} against {half + 1}-{2 * half}: "
         + " and ".join(f"{low} against {up}" for low, up in zip(lower, upper, strict=True)),

@@ -112,7 +112,7 @@ def run_entry(entry: Entry, seed: int, settings: StudySettings) -> RunSummary:
 def alone_command(entry: Entry, seed: int, settings: StudySettings) -> str:
     """The ``experiments.run`` command that trains one run of the study alone, at batch size ``{n}``."""
     words = ["python -m experiments.run", entry.model, "--scale", settings.scale, "--seed", str(seed)]
-    for name, value in flat_options(entry.overrides).items():
+    for name, value in flat_options(entry.overrides_for(seed)).items():
         if isinstance(value, bool):
             words.append(flag(name) if value else f"--no-{flag(name)[2:]}")
         elif name != "batch_size":

@@ -24,7 +24,9 @@ from helpers.verdicts import (
     OUTWARD_PX,
     SMALL6_GRID_HEADS,
     forms_grid,
+    grid_layers,
     long_rows,
+    moves_outward,
     verdict,
 )
 
@@ -82,26 +84,70 @@ def no_overlap() -> list[str]:
     return texts
 
 
+def per_layer(snapshot: dict[str, Any], key: str, form: str = "{}", layers: slice = slice(None)) -> str:
+    """One snapshot's ``key`` in each of ``layers``: ``4 / 3 / 0 / 1 / 0 / 0``."""
+    return " / ".join(form.format(layer[key]) for layer in snapshot["layers"][layers])
+
+
+TRAINING = "training, carried in `weights/unfinished/`"  # the numbers cell while no seed has finished
+
+
+def grid_in_a_middle_layer() -> list[str]:
+    rows, unfinished = long_rows("small6", "quadratic-45ep")
+    texts = [verdict({r["seed"]: bool(grid_layers(r)) for r in rows}, unfinished)]
+    for r in rows:
+        epochs = "/".join(str(e) for e, _ in at_milestones(r, BUDGET))
+        most = " / ".join(
+            str(max(la["sharp_distinct_taps"] for la in s["layers"][2:])) for _, s in at_milestones(r, BUDGET)
+        )
+        texts.append(
+            f"seed {r['seed']}, layers 1-6 at {r['epochs']} epochs: sharp heads "
+            f"{per_layer(r, 'sharp_heads')} on {per_layer(r, 'sharp_distinct_taps')} distinct taps"
+        )
+        texts.append(f"the most distinct taps of sharp heads in a layer >= 3 at {epochs} epochs: {most}")
+    return texts if rows else [*texts, TRAINING]
+
+
+def later_layers_move_outward() -> list[str]:
+    rows, unfinished = long_rows("small6", "quadratic-45ep")
+    texts = [verdict({r["seed"]: moves_outward(r) for r in rows}, unfinished)]
+    for r in rows:
+        texts.append(
+            f"seed {r['seed']}, median outward of layers 4 / 5 / 6 at {r['epochs']} epochs: "
+            f"{per_layer(r, 'median_outward', '{:+.2f}', slice(3, 6))} px"
+        )
+        for i in (4, 5, 6):
+            over = " / ".join(
+                f"{s['layers'][i - 1]['median_outward']:+.2f}" for _, s in at_milestones(r, BUDGET)
+            )
+            epochs = "/".join(str(e) for e, _ in at_milestones(r, BUDGET))
+            texts.append(f"layer {i} at {epochs} epochs {over} px")
+    return texts if rows else [*texts, TRAINING]
+
+
 # the start of each question's cell -> its verdict (the verdict cell starts with it), then the texts its
 # numbers cell holds
 QUESTIONS: dict[str, Callable[[], list[str]]] = {
     "layer 1 of `small` forms a grid": grid_in_layer1,
     "the centres move": centres_move,
     "the sharp heads do not overlap": no_overlap,
+    "a layer >= 3 of `small6` forms a grid": grid_in_a_middle_layer,
+    "layers 4-6 of `small6` move outward": later_layers_move_outward,
 }
 
 
 def table_rows() -> list[list[str]]:
-    """The body rows, as cells, of the section's verdict table."""
+    """The body rows, as cells, of the section's verdict tables (one per longer entry)."""
     text = (REPO / "docs" / "results.md").read_text()
     assert text.count(SECTION) == 1, f"docs/results.md has no single {SECTION!r} section"
     body = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
-    assert body.count(TABLE) == 1, f"the section has no single table headed {TABLE!r}"
-    separator, *table = takewhile(
-        lambda line: line.startswith("|"), body.split(TABLE, 1)[1].strip().splitlines()
-    )
-    assert set(separator.replace("|", "").split()) == {"---"}
-    return [[cell.strip() for cell in line.strip().strip("|").split(" | ")] for line in table]
+    assert body.count(TABLE) >= 1, f"the section has no table headed {TABLE!r}"
+    rows = []
+    for after in body.split(TABLE)[1:]:
+        separator, *table = takewhile(lambda line: line.startswith("|"), after.strip().splitlines())
+        assert set(separator.replace("|", "").split()) == {"---"}
+        rows += [[cell.strip() for cell in line.strip().strip("|").split(" | ")] for line in table]
+    return rows
 
 
 def test_every_question_has_one_row_and_no_other() -> None:
@@ -132,6 +178,26 @@ def test_the_thresholds_the_questions_state() -> None:
     questions = " ".join(" ".join(r[0] for r in table_rows()).split())
     assert f"at least {GRID_HEADS} sharp heads on at least {GRID_HEADS} distinct taps" in questions
     assert f"at least {MOVED_PX:g} pixel" in questions
+    assert (
+        f"at least {SMALL6_GRID_HEADS} sharp heads on at least {SMALL6_GRID_HEADS} distinct taps" in questions
+    )
+    assert f"median outward shift at least {OUTWARD_PX:+g} pixel" in questions
+
+
+def six_layers(sharp: list[int], taps: list[int], outward: list[float]) -> dict[str, Any]:
+    """A `small6` row's final layers with these sharp heads, distinct taps and median outward shifts."""
+    keys = ("sharp_heads", "sharp_distinct_taps", "median_outward")
+    return {
+        "layers": [dict(zip(keys, values, strict=True)) for values in zip(sharp, taps, outward, strict=True)]
+    }
+
+
+def test_the_six_layer_thresholds() -> None:
+    outward = [-0.5, 0.0, 0.1, 0.5, 0.7, 1.2]
+    grid = six_layers([9, 2, 6, 7, 0, 0], [8, 2, 6, 5, 0, 0], outward)
+    assert grid_layers(grid) == [3] and moves_outward(grid)  # layer 1's grid does not count; 4's 7 on 5 not
+    short = six_layers([9, 2, 6, 7, 0, 0], [8, 2, 5, 5, 0, 0], [*outward[:5], 0.49])
+    assert grid_layers(short) == [] and not moves_outward(short)
 
 
 @pytest.mark.parametrize(
@@ -140,6 +206,7 @@ def test_the_thresholds_the_questions_state() -> None:
         ({0: True}, [1], "reproduced (seed 0; seed 1 not finished)"),
         ({0: False, 1: False}, [], "not reproduced (seeds 0, 1)"),
         ({0: False, 1: True}, [], "reproduced in seed 1 only (seeds 0, 1)"),
+        ({}, [0], "not finished (seed 0)"),
     ],
 )
 def test_verdict_words(passed: dict[int, bool], unfinished: list[int], expected: str) -> None:

@@ -29,10 +29,27 @@ def forms_grid(row: dict[str, Any]) -> bool:
     return layer["sharp_heads"] >= GRID_HEADS and layer["sharp_distinct_taps"] >= GRID_HEADS
 
 
+def grid_layers(row: dict[str, Any]) -> list[int]:
+    """The layers >= 3 (1-based) with at least ``SMALL6_GRID_HEADS`` sharp heads on as many distinct taps."""
+    return [
+        i
+        for i, layer in enumerate(row["layers"], start=1)
+        if i >= 3 and min(layer["sharp_heads"], layer["sharp_distinct_taps"]) >= SMALL6_GRID_HEADS
+    ]
+
+
+def moves_outward(row: dict[str, Any]) -> bool:
+    """Each of layers 4-6 moved its heads' median centre at least ``OUTWARD_PX`` farther from the query."""
+    return all(layer["median_outward"] >= OUTWARD_PX for layer in row["layers"][3:6])
+
+
 def verdict(passed: dict[int, bool], unfinished: list[int]) -> str:
     """``reproduced`` (every finished seed), ``not reproduced`` (none) or ``reproduced in seed k only``,
-    then the seeds it rests on and those not finished: ``reproduced (seed 0; seed 1 not finished)``."""
-    assert passed, "a verdict needs a finished run"
+    then the seeds it rests on and those not finished: ``reproduced (seed 0; seed 1 not finished)``;
+    ``not finished (seed 0)`` while no seed has finished."""
+    if not passed:
+        assert unfinished, "a verdict needs a run"
+        return f"not finished (seed{'s' if len(unfinished) > 1 else ''} {', '.join(map(str, unfinished))})"
     held = [s for s, ok in passed.items() if ok]
     if len(held) == len(passed):
         word = "reproduced"

@@ -34,8 +34,8 @@ def entry_config(entry: Entry, scale: str, seed: int) -> RunConfig:
 
 # The CPU studies name each run's precision, the one its committed row was trained in, so that a re-run
 # reproduces it on any CPU (``auto`` would pick bf16 on one with native bf16, float32 elsewhere).
-F32 = {"precision": "32-true"}
-BF16 = {"precision": "bf16-mixed"}
+_F32 = {"precision": "32-true"}
+_BF16 = {"precision": "bf16-mixed"}
 
 
 STUDIES: dict[str, tuple[Entry, ...]] = {
@@ -50,29 +50,29 @@ STUDIES: dict[str, tuple[Entry, ...]] = {
         Entry("mixed", "mixed", (0,)),
     ),
     "small": (
-        Entry("quadratic", "quadratic", (0, 1), F32),
-        Entry("learned", "learned", (0, 1), F32),
-        Entry("resnet18", "resnet18", (0,), F32),
-        Entry("gaussian", "gaussian", (0,), F32),
-        Entry("learned-content", "learned-content", (0,), F32),
+        Entry("quadratic", "quadratic", (0, 1), _F32),
+        Entry("learned", "learned", (0, 1), _F32),
+        Entry("resnet18", "resnet18", (0,), _F32),
+        Entry("gaussian", "gaussian", (0,), _F32),
+        Entry("learned-content", "learned-content", (0,), _F32),
         # the precision contract's bf16 against float32 on the phenomenon (docs/performance.md)
-        Entry("quadratic-bf16", "quadratic", (0, 1), BF16),
+        Entry("quadratic-bf16", "quadratic", (0, 1), _BF16),
         # does the grid form with more training? A fresh 60-epoch schedule (docs/results.md)
-        Entry("quadratic-60ep", "quadratic", (0, 1), {"epochs": 60, **F32}),
+        Entry("quadratic-60ep", "quadratic", (0, 1), {"epochs": 60, **_F32}),
     ),
     "small6": (
-        Entry("quadratic", "quadratic", (0, 1), F32),
+        Entry("quadratic", "quadratic", (0, 1), _F32),
         # seed 1 trained where bf16 is native, under ``auto`` (docs/results.md: the seeds differ in precision)
         Entry(
             "quadratic-16heads",
             "quadratic",
             (0, 1),
-            {"model_config": {"heads": 16}, **F32},
-            seed_overrides={1: BF16},
+            {"model_config": {"heads": 16}, **_F32},
+            seed_overrides={1: _BF16},
         ),
-        Entry("learned", "learned", (0,), F32),
+        Entry("learned", "learned", (0,), _F32),
         # float32 as its 15-epoch counterpart, so the two differ in the schedule only
-        Entry("quadratic-45ep", "quadratic", (0,), {"epochs": 45, **F32}),
+        Entry("quadratic-45ep", "quadratic", (0,), {"epochs": 45, **_F32}),
     ),
     "paper": tuple(Entry(m, m) for m in ("resnet18", "quadratic", "gaussian", "learned", "learned-content")),
 }

@@ -17,6 +17,7 @@ from experiments.cli import UserError
 from experiments.presets import preset
 from experiments.study.entries import PAPER_TABLE, Entry, entry_config
 from experiments.study.milestones import milestone_lines
+from experiments.study.reruns import rerun_lines, with_replaced
 from sa_conv.analysis.flops import analytic_flops
 from sa_conv.analysis.maps import history_of, initial_of, layer_summary
 from sa_conv.analysis.statistics import accuracy_stderr, mcnemar, paired_bootstrap
@@ -210,8 +211,10 @@ class ResultsTables:
         return self.out / f"{self.scale}.json"
 
     def add(self, entry: Entry, seed: int, summary: RunSummary) -> None:
-        """The row of a run this process read back or trained (newer than the file's row of that run)."""
-        self.rows[(entry.name, seed)] = row_of(entry, seed, summary)
+        """The row of a run this process read back or trained (newer than the file's row of that run; a
+        re-run keeps what the row it replaces recorded)."""
+        key = (entry.name, seed)
+        self.rows[key] = with_replaced(row_of(entry, seed, summary), self.rows.get(key))
         self.own.add((entry.name, seed))
 
     def write(self, unfinished: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
@@ -290,7 +293,7 @@ def markdown(
         ]
         lines += [progress_line(u) for u in unfinished]
     sections = [*seed_mean_lines(rows), *locality_lines(rows), *milestone_lines(rows, base.epochs)]
-    return "\n".join([*lines, *sections, *comparisons(rows)]) + "\n"
+    return "\n".join([*lines, *sections, *comparisons(rows), *rerun_lines(rows)]) + "\n"
 
 
 def progress_line(state: dict[str, Any]) -> str:

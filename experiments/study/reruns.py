@@ -1,6 +1,7 @@
-"""A re-run of a committed row (its weights were not kept, its machine is gone): the new row keeps what it
-replaced (accuracy, per-image test results, precision, machine), and the tables pair the two on the same
-test images, so that a replaced number is never lost silently."""
+"""A re-run of a committed row (its weights were not kept, its machine is gone): the new row keeps what
+every row before it recorded (accuracy, per-image test results, precision, machine, best validation
+accuracy, locality per layer), and the tables pair each with it on the same test images, so that a replaced
+number is never lost silently."""
 
 from __future__ import annotations
 
@@ -8,59 +9,64 @@ from typing import Any
 
 from sa_conv.analysis.statistics import mcnemar
 
-__all__ = ["REPLACED", "rerun_lines", "with_replaced"]
+__all__ = ["KEPT", "rerun_lines", "same_run", "with_replaced"]
 
-REPLACED = (
-    "test_acc",
-    "test_correct",
-    "precision",
-    "hardware",
-    "best_val_acc",
-    "layers",
-)  # what a re-run keeps
+KEPT = ("test_acc", "test_correct", "precision", "hardware", "best_val_acc", "layers")  # of a replaced row
+
+
+def same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two rows are one run read back twice: the same accuracy and training time, and the same
+    per-image test results where both recorded them (a row written before they were recorded has none)."""
+    correct_a, correct_b = a.get("test_correct"), b.get("test_correct")
+    return (
+        a.get("test_acc") == b.get("test_acc")
+        and a.get("train_time_s") == b.get("train_time_s")
+        and (correct_a is None or correct_b is None or correct_a == correct_b)
+    )
 
 
 def with_replaced(row: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any]:
-    """``row`` with ``replaces``: what the row ``before`` it recorded, when ``row`` is another run of it
-    (other per-image test results); the same run read back again keeps its own record of what it replaced."""
+    """``row`` with ``replaced``: the records of every row it replaced, oldest first, ``before`` last when
+    ``row`` is another run of it; the same run read back keeps the records it has."""
     if before is None:
         return row
-    same = before.get("test_correct") == row.get("test_correct") and before.get("test_acc") == row.get(
-        "test_acc"
-    )
-    if same:
-        return row | ({"replaces": before["replaces"]} if "replaces" in before else {})
-    return row | {"replaces": {key: before.get(key) for key in REPLACED}}
+    if same_run(row, before):
+        return row | ({"replaced": before["replaced"]} if before.get("replaced") else {})
+    record = {key: before.get(key) for key in KEPT}
+    return row | {"replaced": [*before.get("replaced", []), record]}
 
 
 def rerun_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """For every row that replaced a committed one: both accuracies and machines, and McNemar's exact test
-    on the same test images where both recorded their per-image results."""
-    reruns = [r for r in rows if r.get("replaces")]
+    """For every row that replaced committed ones: its accuracy and machine against each replaced row's,
+    with McNemar's exact test where both recorded their per-image results on the same test images."""
+    reruns = [r for r in rows if r.get("replaced")]
     if not reruns:
         return []
     out = [
         "",
-        "Re-runs of committed rows (the table has the re-run; the row it replaced, paired with it on the "
+        "Re-runs of committed rows (the table has the re-run; each row it replaced, paired with it on the "
         "same test images):",
         "",
     ]
     for r in reruns:
-        old = r["replaces"]
-        line = (
-            f"- {r['name']} seed {r['seed']}: {100 * r['test_acc']:.2f}% ({r.get('precision')}, "
-            f"{r.get('hardware') or 'machine not recorded'}) replaces {100 * old['test_acc']:.2f}% "
-            f"({old.get('precision')}, {old.get('hardware') or 'machine not recorded'})"
-        )
-        if r.get("test_correct") and old.get("test_correct"):
-            new_only, old_only, p = mcnemar(
-                [c == "1" for c in r["test_correct"]], [c == "1" for c in old["test_correct"]]
+        for old in reversed(r["replaced"]):  # the row it replaced first, then the ones before that
+            line = (
+                f"- {r['name']} seed {r['seed']}: {100 * r['test_acc']:.2f}% ({r.get('precision')}, "
+                f"{r.get('hardware') or 'machine not recorded'}) replaces {100 * old['test_acc']:.2f}% "
+                f"({old.get('precision')}, {old.get('hardware') or 'machine not recorded'})"
             )
-            line += (
-                f": McNemar p {p:.2g} ({new_only} test images right only in the re-run, {old_only} only in "
-                "the row it replaced)"
-            )
-        else:
-            line += ": no per-image results to pair"
-        out.append(line)
+            new_correct, old_correct = r.get("test_correct"), old.get("test_correct")
+            if not (new_correct and old_correct):
+                line += ": no per-image results to pair"
+            elif len(new_correct) != len(old_correct):
+                line += f": tested on different images ({len(new_correct)} and {len(old_correct)})"
+            else:
+                new_only, old_only, p = mcnemar(
+                    [c == "1" for c in new_correct], [c == "1" for c in old_correct]
+                )
+                line += (
+                    f": McNemar p {p:.2g} ({new_only} test images right only in the re-run, {old_only} only "
+                    "in the row it replaced)"
+                )
+            out.append(line)
     return out

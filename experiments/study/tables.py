@@ -211,10 +211,8 @@ class ResultsTables:
         return self.out / f"{self.scale}.json"
 
     def add(self, entry: Entry, seed: int, summary: RunSummary) -> None:
-        """The row of a run this process read back or trained (newer than the file's row of that run; a
-        re-run keeps what the row it replaces recorded)."""
-        key = (entry.name, seed)
-        self.rows[key] = with_replaced(row_of(entry, seed, summary), self.rows.get(key))
+        """The row of a run this process read back or trained (newer than the file's row of that run)."""
+        self.rows[(entry.name, seed)] = row_of(entry, seed, summary)
         self.own.add((entry.name, seed))
 
     def write(self, unfinished: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
@@ -223,6 +221,8 @@ class ResultsTables:
         with locked(lock_file_of(self.json_path)):
             current = file_rows(self.json_path, self.table)
             merged = merge_rows(current, self.rows, own=self.own, seen=self.seen)
+            for key in self.own:  # a re-run keeps what the file's row of its run recorded, as it is now
+                merged[key] = with_replaced(merged[key], current.get(key))
             keys = [(e.name, s) for e, s in self.table]
             self.rows = {key: merged[key] for key in keys if key in merged}
             rows = list(self.rows.values())

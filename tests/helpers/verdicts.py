@@ -40,6 +40,7 @@ def grid_layers(row: dict[str, Any]) -> list[int]:
 
 def moves_outward(row: dict[str, Any]) -> bool:
     """Each of layers 4-6 moved its heads' median centre at least ``OUTWARD_PX`` farther from the query."""
+    assert len(row["layers"]) == 6, "a six-layer row"
     return all(layer["median_outward"] >= OUTWARD_PX for layer in row["layers"][3:6])
 
 

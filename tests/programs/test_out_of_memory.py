@@ -120,7 +120,7 @@ def test_a_study_run_out_of_memory_names_its_batch_and_the_command_that_lowers_i
     assert one_line_error(code, err) == (
         "error: out of memory on the CPU training quadratic-16heads seed 1 at batch size 100: lower it in a "
         "run of its own (a study trains every model at its preset's batch): python -m experiments.run "
-        "quadratic --scale small6 --seed 1 --heads 16 --synthetic --batch-size 50"
+        "quadratic --scale small6 --seed 1 --precision bf16-mixed --heads 16 --synthetic --batch-size 50"
         + (
             f", or free memory and run the same command again (the study resumes from {saved})"
             if resumable

@@ -76,7 +76,8 @@ def test_a_rank_whose_sockets_closed_before_its_process_ended_is_named(tmp_path,
 
 @pytest.mark.slow
 def test_a_dead_ddp_rank_ends_the_other_with_one_line_and_the_run_resumes_exactly(tmp_path):
-    base = ["quadratic", *TEN_STEPS, "--epochs", "2", "--batch-size", "8", "--checkpoint-every", "5"]
+    # 6 epochs of 26 steps: long enough that the run is still going when its first step checkpoint appears
+    base = ["quadratic", *TEN_STEPS, "--epochs", "6", "--batch-size", "8", "--checkpoint-every", "5"]
     base += ["--accelerator", "cpu", "--devices", "2", "--strategy", "ddp", "--ddp-timeout", "1"]
     straight = run_cli([*base, "--output-dir", str(tmp_path / "a")])
     assert straight.wait(timeout=900) == 0, straight.stderr.read().decode()[-3000:]
@@ -85,10 +86,10 @@ def test_a_dead_ddp_rank_ends_the_other_with_one_line_and_the_run_resumes_exactl
     killed = run_cli([*base, "--output-dir", str(out)])
     ckpt = out / "quadratic/version_0/checkpoints/step.ckpt"
     deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and not ckpt.is_file():
-        time.sleep(0.05)
-    time.sleep(1.0)  # mid-epoch, past a step checkpoint
-    pid_file = next((out / ".ranks").glob("*-rank1.pid"))
+    while time.monotonic() < deadline and not (ckpt.is_file() and list((out / ".ranks").glob("*-rank1.pid"))):
+        time.sleep(0.01)
+    assert killed.poll() is None, "the run ended before a rank could be killed mid-run"
+    pid_file = next((out / ".ranks").glob("*-rank1.pid"))  # mid-epoch, past a step checkpoint
     os.kill(int(pid_file.read_text().split()[1]), signal.SIGKILL)  # rank 1 dies (the OOM killer, a lost node)
     start = time.monotonic()
     code = killed.wait(timeout=300)

@@ -38,7 +38,7 @@ from experiments.cli import (
     trained_model,
 )
 from experiments.cli.memory import MemoryUse
-from sa_conv.analysis.statistics import mcnemar
+from sa_conv.analysis.statistics import mcnemar, per_image
 from sa_conv.data.datamodule import CIFAR10DataModule
 from sa_conv.models import Backbone
 from sa_conv.nn.encodings import spectrum
@@ -166,9 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     report.update(result)
     if control is not None:
         control_correct = against.pop("test_correct")
-        only_pruned, only_control, p = mcnemar(
-            [c == "1" for c in correct], [c == "1" for c in control_correct]
-        )
+        only_pruned, only_control, p = mcnemar(per_image(correct), per_image(control_correct))
         report["control"] = {
             "seed": args.control,
             "pruned": {str(i + 1): [h + 1 for h in heads] for i, heads in control.items()},

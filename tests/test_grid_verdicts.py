@@ -37,6 +37,11 @@ TABLE = "| question (threshold) | verdict | numbers |"
 BUDGET = 15  # the study's epochs: the milestones of a longer run are its multiples
 
 
+def marks(row: dict[str, Any]) -> str:
+    """The epochs of a longer run's milestones: ``15/30/45``."""
+    return "/".join(str(epoch) for epoch, _ in at_milestones(row, BUDGET))
+
+
 def curve(row: dict[str, Any], key: str, form: str = "{}") -> str:
     """Layer 1's ``key`` at every multiple of the study's budget: ``5 / 6 / 6 / 6``."""
     return " / ".join(form.format(s["layers"][0][key]) for _, s in at_milestones(row, BUDGET))
@@ -46,7 +51,7 @@ def grid_in_layer1() -> list[str]:
     rows, unfinished = long_rows("small", "quadratic-60ep")
     texts = [verdict({r["seed"]: forms_grid(r) for r in rows}, unfinished)]
     for r in rows:
-        epochs = "/".join(str(e) for e, _ in at_milestones(r, BUDGET))
+        epochs = marks(r)
         layer = r["layers"][0]
         texts.append(
             f"seed {r['seed']}: {layer['sharp_heads']} sharp heads on {layer['sharp_distinct_taps']} "
@@ -96,7 +101,7 @@ def grid_in_a_middle_layer() -> list[str]:
     rows, unfinished = long_rows("small6", "quadratic-45ep")
     texts = [verdict({r["seed"]: bool(grid_layers(r)) for r in rows}, unfinished)]
     for r in rows:
-        epochs = "/".join(str(e) for e, _ in at_milestones(r, BUDGET))
+        epochs = marks(r)
         most = " / ".join(
             str(max(la["sharp_distinct_taps"] for la in s["layers"][2:])) for _, s in at_milestones(r, BUDGET)
         )
@@ -116,12 +121,10 @@ def later_layers_move_outward() -> list[str]:
             f"seed {r['seed']}, median outward of layers 4 / 5 / 6 at {r['epochs']} epochs: "
             f"{per_layer(r, 'median_outward', '{:+.2f}', slice(3, 6))} px"
         )
+        snapshots = [snapshot for _, snapshot in at_milestones(r, BUDGET)]
         for i in (4, 5, 6):
-            over = " / ".join(
-                f"{s['layers'][i - 1]['median_outward']:+.2f}" for _, s in at_milestones(r, BUDGET)
-            )
-            epochs = "/".join(str(e) for e, _ in at_milestones(r, BUDGET))
-            texts.append(f"layer {i} at {epochs} epochs {over} px")
+            over = " / ".join(f"{s['layers'][i - 1]['median_outward']:+.2f}" for s in snapshots)
+            texts.append(f"layer {i} at {marks(r)} epochs {over} px")
     return texts if rows else [*texts, TRAINING]
 
 

@@ -22,6 +22,10 @@ class Entry:
     note: str = ""
     seed_overrides: dict[int, dict[str, Any]] = field(default_factory=dict)  # one seed's, over ``overrides``
 
+    def __post_init__(self) -> None:
+        if stray := sorted(set(self.seed_overrides) - set(self.seeds)):
+            raise ValueError(f"entry {self.name}: overrides for seeds {stray}, which it does not train")
+
     def overrides_for(self, seed: int) -> dict[str, Any]:
         """The overrides of the scale's preset for one seed: the entry's, then that seed's own."""
         return {**self.overrides, **self.seed_overrides.get(seed, {})}

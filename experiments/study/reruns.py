@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sa_conv.analysis.statistics import mcnemar
+from sa_conv.analysis.statistics import mcnemar, per_image
 
-__all__ = ["KEPT", "rerun_lines", "same_run", "with_replaced"]
+__all__ = ["KEPT", "one_run", "rerun_lines", "with_replaced"]
 
 KEPT = ("test_acc", "test_correct", "precision", "hardware", "best_val_acc", "layers")  # of a replaced row
 
 
-def same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def one_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether two rows are one run read back twice: the same accuracy and training time, and the same
     per-image test results where both recorded them (a row written before they were recorded has none)."""
     correct_a, correct_b = a.get("test_correct"), b.get("test_correct")
@@ -30,7 +30,7 @@ def with_replaced(row: dict[str, Any], before: dict[str, Any] | None) -> dict[st
     ``row`` is another run of it; the same run read back keeps the records it has."""
     if before is None:
         return row
-    if same_run(row, before):
+    if one_run(row, before):
         return row | ({"replaced": before["replaced"]} if before.get("replaced") else {})
     record = {key: before.get(key) for key in KEPT}
     return row | {"replaced": [*before.get("replaced", []), record]}
@@ -61,9 +61,7 @@ def rerun_lines(rows: list[dict[str, Any]]) -> list[str]:
             elif len(new_correct) != len(old_correct):
                 line += f": tested on different images ({len(new_correct)} and {len(old_correct)})"
             else:
-                new_only, old_only, p = mcnemar(
-                    [c == "1" for c in new_correct], [c == "1" for c in old_correct]
-                )
+                new_only, old_only, p = mcnemar(per_image(new_correct), per_image(old_correct))
                 line += (
                     f": McNemar p {p:.2g} ({new_only} test images right only in the re-run, {old_only} only "
                     "in the row it replaced)"

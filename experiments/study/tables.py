@@ -20,7 +20,7 @@ from experiments.study.milestones import milestone_lines
 from experiments.study.reruns import rerun_lines, with_replaced
 from sa_conv.analysis.flops import analytic_flops
 from sa_conv.analysis.maps import history_of, initial_of, layer_summary
-from sa_conv.analysis.statistics import accuracy_stderr, mcnemar, paired_bootstrap
+from sa_conv.analysis.statistics import accuracy_stderr, mcnemar, paired_bootstrap, per_image
 from sa_conv.models import SAConfig
 from sa_conv.models.weights import entry_file, manifest, read_weights
 from sa_conv.training.config import RunConfig, config_difference
@@ -418,8 +418,8 @@ def comparisons(rows: list[dict[str, Any]], alpha: float = 0.05, min_seeds: int 
     names = list(complete)
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
-            ra = [[c == "1" for c in r["test_correct"]] for r in complete[a]]
-            rb = [[c == "1" for c in r["test_correct"]] for r in complete[b]]
+            ra = [per_image(r["test_correct"]) for r in complete[a]]
+            rb = [per_image(r["test_correct"]) for r in complete[b]]
             ps = [mcnemar(x, y)[2] for x in ra for y in rb]
             diff, low, high = paired_bootstrap(ra, rb)
             acc_a, acc_b = [r["test_acc"] for r in complete[a]], [r["test_acc"] for r in complete[b]]

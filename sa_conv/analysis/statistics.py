@@ -13,7 +13,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["accuracy_stderr", "difference_stderr", "mcnemar", "paired_bootstrap"]
+__all__ = ["accuracy_stderr", "difference_stderr", "mcnemar", "paired_bootstrap", "per_image"]
+
+
+def per_image(correct: str) -> list[bool]:
+    """Recorded per-image test results (``test_correct``: ``"1"`` right, ``"0"`` wrong) as booleans."""
+    return [c == "1" for c in correct]
 
 
 def accuracy_stderr(accuracy: float, n: int) -> float:

@@ -66,3 +66,8 @@ def test_a_seed_of_its_own_overrides_its_entry() -> None:
     settings = StudySettings(scale="small", data_dir=Path("D"))
     assert "--precision bf16-mixed" in alone_command(entry, 1, settings)
     assert "--precision 32-true" in alone_command(entry, 0, settings)
+
+
+def test_an_override_for_a_seed_the_entry_does_not_train_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"entry e: overrides for seeds \[2\], which it does not train"):
+        Entry("e", "quadratic", (0, 1), seed_overrides={2: {"precision": "bf16-mixed"}})

@@ -31,16 +31,17 @@ from experiments.cli import (
     positive_int,
 )
 from experiments.presets import SCALES
-from experiments.study.entries import STUDIES, Entry, entry_config
+from experiments.study.entries import STUDIES, Entry
 from experiments.study.figures import render_figures, scale_figures
 from experiments.study.report import report_unfinished
-from experiments.study.runs import StudySettings, finished, run_entry, run_root
+from experiments.study.runs import StudySettings, finished, newest_resume, run_entry
 from experiments.study.tables import ResultsTables
 from experiments.study.weights import carry, ship_run
 from sa_conv.models.weights import weights_dir
-from sa_conv.training.resume import find_resume
 
 __all__ = ["build_parser", "main", "runs_asked"]
+
+COMMITTED_RESULTS = Path("results")  # the study's tables in the checkout (it runs from the checkout's root)
 
 
 def build_parser() -> ArgumentParser:
@@ -50,9 +51,14 @@ def build_parser() -> ArgumentParser:
     parser.add_argument(
         "--data-dir", type=Path, help=f"ImageFolder tree or CIFAR-10 root (default: {DEFAULT_DATA_DIR})"
     )
-    parser.add_argument("--synthetic", action="store_true", help="synthetic data (a smoke test of the study)")
+    parser.add_argument(
+        "--synthetic",
+        action="store_true",
+        help="synthetic data (a smoke test of the study; its --out, and --weights unless given, elsewhere "
+        "than the committed results and weights)",
+    )
     parser.add_argument("--synthetic-size", type=positive_int, default=512)
-    parser.add_argument("--out", type=output_folder, default=Path("results"))
+    parser.add_argument("--out", type=output_folder, default=COMMITTED_RESULTS)
     parser.add_argument("--figures", type=output_folder, default=Path("figures"))
     parser.add_argument("--only", nargs="+", metavar="NAME", help="a subset of the study's entries")
     parser.add_argument("--seeds", nargs="+", type=int, metavar="K", help="only these seeds of each entry")
@@ -60,17 +66,17 @@ def build_parser() -> ArgumentParser:
     parser.add_argument(
         "--weights",
         type=output_folder,
-        default=weights_dir(),
         help="where finished runs' weights ship and unfinished runs' checkpoints are carried "
-        "(default: %(default)s)",
+        f"(default: {weights_dir()}; OUT/weights with --synthetic)",
     )
-    parser.add_argument(
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
         "--carry",
         action="store_true",
         help="train nothing: copy every unfinished run's newest resumable checkpoint to WEIGHTS/unfinished/, "
         "from where a study on any machine resumes it",
     )
-    parser.add_argument(
+    mode.add_argument(
         "--report",
         action="store_true",
         help="tables and figures of the finished runs, where the unfinished ones stand; train nothing",
@@ -96,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.data_dir is not None:
         check_data_dir(args.data_dir)
+    if args.synthetic and args.out.resolve() == COMMITTED_RESULTS.resolve():
+        raise UserError("--synthetic: name an --out folder (synthetic rows never go in results/)")
+    weights = args.weights or (args.out / "weights" if args.synthetic else weights_dir())
     settings = StudySettings(
         scale=args.scale,
         data_dir=args.data_dir if args.data_dir is not None else DEFAULT_DATA_DIR,
@@ -103,11 +112,16 @@ def main(argv: list[str] | None = None) -> int:
         synthetic_size=args.synthetic_size,
         out=args.out,
         figures=args.figures,
-        weights=args.weights,
+        weights=weights,
         no_figures=args.no_figures,
     )
     entries, order = runs_asked(args)
     scale = settings.scale
+    if args.carry:  # before any table is read: carrying needs only the runs' checkpoints
+        for entry, seed in order:
+            if finished(entry, seed, settings) is None:
+                carry(scale, entry.run_name(seed), newest_resume(entry, seed, settings), settings.weights)
+        return 0
     table = [(e, s) for e in STUDIES[scale] for s in e.seeds]  # the tables cover every entry
     # shared with every other study of this scale: each write merges its rows into the file's, locked
     tables = ResultsTables.load(out=settings.out, scale=scale, table=table, weights=settings.weights)
@@ -115,23 +129,16 @@ def main(argv: list[str] | None = None) -> int:
         if entry not in entries and (summary := finished(entry, seed, settings)) is not None:
             tables.add(entry, seed, summary)
 
-    if args.carry:
-        for entry, seed in order:
-            if finished(entry, seed, settings) is None:
-                config = entry_config(entry, scale, seed)
-                resume = find_resume("auto", run_root(entry, seed, settings), config, warn=lambda _m: None)
-                carry(scale, f"{entry.name}-seed{seed}", resume, settings.weights)
-        return 0
     for entry, seed in order:
         found = finished(entry, seed, settings) if args.report else run_entry(entry, seed, settings)
         if found is None:
             continue
         tables.add(entry, seed, found)
-        row = tables.rows[(entry.name, seed)]
-        ship_run(f"{scale}/{entry.name}-seed{seed}", found, row, settings.weights)
+        tables.write()  # the row first: what follows cannot lose it
+        ship_run(f"{scale}/{entry.run_name(seed)}", found, tables.rows[(entry.name, seed)], settings.weights)
         if not settings.no_figures and found.layers is not None:
-            render_figures(found, f"{scale}_{entry.name}-seed{seed}", settings)
-        tables.write()  # the finished runs, and every run without a result yet
+            render_figures(found, f"{scale}_{entry.run_name(seed)}", settings)
+        tables.write()  # with the weights shipped
     unfinished: list[dict[str, Any]] = []  # the report's view of the runs still training
     if args.report:  # every run without a result: where it stands; the figures of those asked for
         unfinished.extend(report_unfinished(table, order, tables.rows, settings))

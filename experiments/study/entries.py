@@ -26,6 +26,10 @@ class Entry:
         if stray := sorted(set(self.seed_overrides) - set(self.seeds)):
             raise ValueError(f"entry {self.name}: overrides for seeds {stray}, which it does not train")
 
+    def run_name(self, seed: int) -> str:
+        """One seed's run: ``<name>-seed<k>``, its folder, weights, carried checkpoint and figures."""
+        return f"{self.name}-seed{seed}"
+
     def overrides_for(self, seed: int) -> dict[str, Any]:
         """The overrides of the scale's preset for one seed: the entry's, then that seed's own."""
         return {**self.overrides, **self.seed_overrides.get(seed, {})}

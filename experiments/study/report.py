@@ -3,14 +3,12 @@ epochs, accuracy, locality per layer), its figures drawn from that checkpoint, m
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from experiments.study.entries import Entry, entry_config
 from experiments.study.figures import draw_figures
-from experiments.study.runs import StudySettings, run_root
+from experiments.study.runs import StudySettings, newest_resume
 from sa_conv.analysis.maps import history_of, initial_of, layer_summary
-from sa_conv.training.resume import find_resume
 from sa_conv.utils.safe_load import read_checkpoint
 
 __all__ = ["in_progress", "report_unfinished"]
@@ -22,9 +20,7 @@ def in_progress(
     """An unfinished run at its newest checkpoint (epochs done, its last per-epoch accuracy, the locality
     of its last snapshot) and that checkpoint, or None when it has none: a state of training, not a result."""
     config = entry_config(entry, settings.scale, seed)
-    resume = find_resume(
-        "auto", run_root(entry, seed, settings), config, warn=lambda m: print(m, file=sys.stderr)
-    )
+    resume = newest_resume(entry, seed, settings)  # its own, or the one carried here
     if resume is None:
         return None
     ckpt = read_checkpoint(resume.path)
@@ -63,7 +59,7 @@ def report_unfinished(
         state, ckpt = found
         states.append(state)
         if not settings.no_figures and state["layers"] and (entry, seed) in order:
-            prefix = f"{settings.scale}_{entry.name}-seed{seed}"
+            prefix = f"{settings.scale}_{entry.run_name(seed)}"
             at = f"epoch {state['epochs_completed']} of {state['epochs']}, unfinished"
             history = state["locality_history"]
             draw_figures(ckpt, state["config"], prefix, settings, history=history, title=f"{prefix} ({at})")

@@ -5,8 +5,10 @@ trained; out of memory, the command that trains the run alone at a lower batch."
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from experiments.cli import flag
 from experiments.cli.memory import MemoryUse
@@ -18,11 +20,20 @@ from sa_conv.models.weights import weights_dir
 from sa_conv.training.checkpoints import module_from_checkpoint
 from sa_conv.training.config import RunConfig, RunOptions, config_difference, flat_options
 from sa_conv.training.evaluation import correct_on_test
-from sa_conv.training.resume import find_resume
+from sa_conv.training.resume import Resume, find_resume
 from sa_conv.training.run import datamodule_for, train
 from sa_conv.training.summary import RunSummary
+from sa_conv.utils.safe_load import CheckpointError
 
-__all__ = ["StudySettings", "alone_command", "finished", "run_entry", "run_root", "with_test_correct"]
+__all__ = [
+    "StudySettings",
+    "alone_command",
+    "finished",
+    "newest_resume",
+    "run_entry",
+    "run_root",
+    "with_test_correct",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,9 +56,14 @@ class StudySettings:
         )
 
 
+def warning(message: str) -> None:
+    """A warning line on stderr."""
+    print(message, file=sys.stderr)
+
+
 def run_root(entry: Entry, seed: int, settings: StudySettings) -> Path:
     """The folder of one entry and seed's runs."""
-    return settings.out / "runs" / settings.scale / f"{entry.name}-seed{seed}"
+    return settings.out / "runs" / settings.scale / entry.run_name(seed)
 
 
 def finished(entry: Entry, seed: int, settings: StudySettings) -> RunSummary | None:
@@ -80,6 +96,22 @@ def with_test_correct(summary: RunSummary, path: Path, settings: StudySettings) 
     return summary
 
 
+def newest_resume(
+    entry: Entry, seed: int, settings: StudySettings, *, warn: Callable[[str], Any] = warning
+) -> Resume | None:
+    """An unfinished run's newest resumable checkpoint: its own (under its run folder) or the one another
+    machine carried here, whichever is further along (its own where they are level)."""
+    config = entry_config(entry, settings.scale, seed)
+    root = run_root(entry, seed, settings)
+    own = find_resume("auto", root, config, warn=warn)
+    try:
+        carried = carried_resume(settings.scale, entry.run_name(seed), root, config, settings.weights)
+    except CheckpointError as err:
+        warn(f"warning: the carried checkpoint is left alone: {err}")
+        return own
+    return carried if carried is not None and (own is None or carried.step > own.step) else own
+
+
 def run_entry(entry: Entry, seed: int, settings: StudySettings) -> RunSummary:
     """Train (or resume, or read back) one run; returns its summary."""
     summary = finished(entry, seed, settings)
@@ -87,10 +119,14 @@ def run_entry(entry: Entry, seed: int, settings: StudySettings) -> RunSummary:
         return summary
     config = entry_config(entry, settings.scale, seed)
     root = run_root(entry, seed, settings)
-    resume = find_resume("auto", root, config, warn=lambda m: print(m, file=sys.stderr))
-    if resume is None:  # a run another machine began and carried here
-        resume = carried_resume(settings.scale, f"{entry.name}-seed{seed}", root, config, settings.weights)
-    print(f"== {entry.name} seed {seed}: {'resuming' if resume else 'training'}", flush=True)
+    resume = newest_resume(entry, seed, settings)
+    if resume is None:
+        print(f"== {entry.name} seed {seed}: training", flush=True)
+    elif resume.version is None:  # carried from another machine: continues in a new run folder here
+        carried = f"carried from another machine, {resume.path}"
+        print(f"== {entry.name} seed {seed}: resuming step {resume.step}, {carried}", flush=True)
+    else:
+        print(f"== {entry.name} seed {seed}: resuming step {resume.step}", flush=True)
     options = RunOptions(output_dir=root, progress="lines", figures_every=1000, snapshot_minutes=5)
     data = settings.data(config)
 

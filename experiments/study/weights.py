@@ -23,46 +23,51 @@ __all__ = ["carried_resume", "carry", "ship_run"]
 
 def carried_resume(scale: str, run: str, root: Path, config: RunConfig, weights: Path) -> Resume | None:
     """The carried checkpoint of run ``run`` (``<name>-seed<k>``), if one is there: it continues in a new
-    run folder under ``root``, exactly where the other machine stopped."""
+    run folder under ``root``, exactly where the other machine stopped. ``CheckpointError`` where it is
+    another config's."""
     path = carried_checkpoint(scale, run, weights)
-    if not path.is_file():
-        return None
-    print(f"== {run}: resuming the checkpoint carried from another machine, {path}", flush=True)
-    return find_resume(str(path), root, config)
+    return find_resume(str(path), root, config) if path.is_file() else None
 
 
 def ship_run(name: str, summary: RunSummary, row: dict[str, Any], weights: Path) -> bool:
     """Ship a finished run's reported weights (its best checkpoint) as ``name`` unless the manifest
-    already lists this run; drop its carried checkpoint. False where the checkpoint is not here."""
-    best = summary.best_checkpoint
+    already lists this run, and drop its carried checkpoint (a finished run resumes nothing). False, with
+    a warning, where the checkpoint to ship is not here."""
+    scale, run = name.split("/")
+    carried_checkpoint(scale, run, weights).unlink(missing_ok=True)
     shipped = manifest(weights).get(name)
-    same = (
+    if (
         shipped is not None
         and shipped["test_acc"] == summary.test_acc
         and not config_difference(shipped["config"], summary.config)
-    )
-    if not same:
-        if not best or not Path(best).is_file():
-            return False
-        ckpt = read_checkpoint(best)
-        commit = summary.commit or source_commit()
-        entry = ship(name, ckpt, row=row, history=summary.locality_history, commit=commit, root=weights)
-        print(f"== {name}: weights shipped, {weights / entry['file']} ({entry['bytes'] / 2**20:.2f} MiB)")
-    scale, run = name.split("/")
-    carried_checkpoint(scale, run, weights).unlink(missing_ok=True)
+    ):
+        return True
+    best = summary.best_checkpoint
+    if not best or not Path(best).is_file():
+        print(f"warning: {name}: no weights shipped: {best} is not here", file=sys.stderr)
+        return False
+    commit = summary.commit or source_commit()
+    ckpt = read_checkpoint(best)
+    entry = ship(name, ckpt, row=row, history=summary.locality_history, commit=commit, root=weights)
+    print(f"== {name}: weights shipped, {weights / entry['file']} ({entry['bytes'] / 2**20:.2f} MiB)")
     return True
 
 
 def carry(scale: str, run: str, resume: Resume | None, weights: Path) -> Path | None:
-    """Copy an unfinished run's newest resumable checkpoint to its carried place (replaced in place)."""
+    """Copy an unfinished run's newest resumable checkpoint to its carried place, replacing one that is
+    not as far along (never one further along: another machine's newer steps are kept)."""
     if resume is None:
         return None
     target = carried_checkpoint(scale, run, weights)
-    if target.is_file() and target.resolve() == resume.path.resolve():
-        return target
+    if target.is_file():
+        if target.resolve() == resume.path.resolve():
+            return target
+        there = read_checkpoint(target).get("global_step", 0)
+        if there >= resume.step:
+            print(f"== {run}: {target} holds step {there}, this run {resume.step}: kept", file=sys.stderr)
+            return target
     target.parent.mkdir(parents=True, exist_ok=True)
     ckpt = with_best(read_checkpoint(resume.path))
     atomic_write(target, lambda tmp: torch.save(ckpt, tmp), what="carried checkpoint")
-    step = ckpt["global_step"]
-    print(f"== {run}: step {step} carried to {target}", file=sys.stderr)
+    print(f"== {run}: step {ckpt['global_step']} carried to {target}", file=sys.stderr)
     return target

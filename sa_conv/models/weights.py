@@ -30,7 +30,7 @@ from sa_conv.models import MODELS as REGISTRY
 from sa_conv.models import Backbone, model_config
 from sa_conv.utils.files import atomic_write, locked, write_text
 from sa_conv.utils.json_values import is_json, json_kind
-from sa_conv.utils.safe_load import CheckpointError
+from sa_conv.utils.safe_load import CheckpointError, run_config_of
 
 __all__ = [
     "ENTRY_FIELDS",
@@ -254,13 +254,15 @@ def ship(
     scales may ship at once); returns its entry."""
     root = root or weights_dir()
     manifest(root)  # a malformed manifest is refused before any file is written
+    run_config = run_config_of(ckpt)
     backbone = backbone_of(ckpt)
     file = f"{name}.safetensors"
+    staged = root / f"{file}.staged"  # moved in place with the manifest's entry, under its lock
     save_weights(
-        root / file,
+        staged,
         backbone,
         hyper_parameters=dict(ckpt["hyper_parameters"]),
-        run_config=ckpt["run_config"],
+        run_config=run_config,
         history=history,
         step=ckpt.get("global_step"),
     )
@@ -275,14 +277,15 @@ def ship(
         "n_test_images": row["n_test_images"],
         "params": sum(p.numel() for p in backbone.parameters()),
         "file": file,
-        "bytes": (root / file).stat().st_size,
-        "sha256": sha256_of(root / file),
+        "bytes": staged.stat().st_size,
+        "sha256": sha256_of(staged),
         "commit": commit,
-        "config": ckpt["run_config"],
+        "config": run_config,
     }
     with locked(root / ".manifest.lock"):
         models = manifest(root)
         models[name] = entry
+        os.replace(staged, root / file)
         write_text(root / "manifest.json", json.dumps(dict(sorted(models.items())), indent=1) + "\n")
     return entry
 

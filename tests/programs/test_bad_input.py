@@ -84,6 +84,19 @@ def test_study_refuses_seeds_it_does_not_have(tmp_path, capsys):
     assert not any(tmp_path.iterdir())
 
 
+def test_a_synthetic_study_never_writes_the_committed_results(tmp_path, capsys, monkeypatch):
+    """Synthetic rows in results/ would be read back as the study's finished runs: --synthetic needs an
+    --out of its own (and ships into OUT/weights unless --weights names a folder)."""
+    monkeypatch.chdir(tmp_path)  # the checkout's root, where results/ is the committed folder
+    argv = ["--scale", "tiny", "--synthetic", "--only", "quadratic", "--report", "--no-figures"]
+    line = one_line_error(*call(study, argv, capsys)[::2])
+    assert "--synthetic" in line and "--out" in line
+    assert not any(tmp_path.iterdir())
+    assert study.main([*argv, "--out", "elsewhere"]) == 0
+    assert (tmp_path / "elsewhere" / "tiny.json").is_file() and not (tmp_path / "results").exists()
+    assert study.build_parser().parse_args(argv).weights is None  # OUT/weights, never the checkout's
+
+
 @pytest.mark.parametrize(
     ("module", "argv", "flag"),
     [

@@ -102,18 +102,26 @@ def locality_cell(row: dict[str, Any] | None) -> str:
     return "<br>".join(html.escape(c) for c in cells)
 
 
-def committed_rows(results: Path) -> dict[str, dict[str, Any]]:
-    """The committed results rows by shipped name (``<scale>/<name>-seed<k>``)."""
+def rows_by_shipped_name(results: Path) -> dict[str, dict[str, Any]]:
+    """The committed results rows by shipped name (``<scale>/<name>-seed<k>``); files of other JSON and
+    entries that are not rows are passed over."""
     rows = {}
     for path in sorted(results.glob("*.json")):
-        data = json.loads(path.read_text())
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise UserError(f"{path} is not a readable results file ({err})") from None
         if isinstance(data, list):
-            rows.update({f"{path.stem}/{r['name']}-seed{r['seed']}": r for r in data if "name" in r})
+            named = [r for r in data if isinstance(r, dict) and "name" in r and "seed" in r]
+            rows.update({f"{path.stem}/{r['name']}-seed{r['seed']}": r for r in named})
     return rows
 
 
 def index_page(
-    models: dict[str, dict[str, Any]], pages: dict[str, Path | None], rows: dict, out: Path
+    models: dict[str, dict[str, Any]],
+    pages: dict[str, Path | None],
+    rows: dict[str, dict[str, Any]],
+    out: Path,
 ) -> str:
     """The gallery's index: one row per shipped model, its page linked."""
     lines = []
@@ -168,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"no shipped models in {weights_dir()}: nothing to show")
     if args.only and (unknown := sorted(set(args.only) - set(models))):
         raise UserError(f"--only: no shipped model {', '.join(unknown)}")
+    if args.screenshot and args.screenshot[0] not in models:
+        raise UserError(f"--screenshot: no shipped model {args.screenshot[0]}")
+    rows = rows_by_shipped_name(args.results)  # read before any page is written
     out = args.out or weights_dir() / "gallery"
     pages: dict[str, Path | None] = {}
     for name, entry in models.items():
@@ -178,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         pages[name] = model_page(name, entry, args.data_dir or DEFAULT_DATA_DIR, out)
         if pages[name] is not None:
             print(f"{pages[name]} ({pages[name].stat().st_size / 2**20:.2f} MiB)")
-    write_text(out / "index.html", index_page(models, pages, committed_rows(args.results), out))
+    write_text(out / "index.html", index_page(models, pages, rows, out))
     print(out / "index.html")
     if args.screenshot:
         name, png = args.screenshot

@@ -35,7 +35,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:<34} {acc:>9} {m['params'] / 1e6:7.3f}M {m['bytes'] / 2**20:7.2f}MiB  "
             f"{m['precision']:<9}  {m['epochs']}"
         )
-    print(f"({len(models)} models in {weights_dir()}; test accuracy on {m['n_test_images']} test images)")
+    sizes = sorted({m["n_test_images"] for m in models.values()})
+    images = (
+        f"{sizes[0]} test images" if len(sizes) == 1 else f"{', '.join(map(str, sizes))} test images by model"
+    )
+    print(f"({len(models)} models in {weights_dir()}; test accuracy on {images})")
     return 0
 
 

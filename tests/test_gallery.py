@@ -68,6 +68,24 @@ def test_the_gallery_has_a_page_per_model_and_an_index_linking_them(shipped, tmp
     assert (out / "tiny/learned-content-seed0.html").stat().st_size < 2.5 * 2**20  # content: a budget
 
 
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--screenshot", "tiny/absent-seed0", "x.png"], "--screenshot: no shipped model tiny/absent-seed0"),
+        (["--results", "{broken}"], "tiny.json is not a readable results file"),
+    ],
+)
+def test_a_bad_gallery_request_is_one_line_and_writes_nothing(shipped, tmp_path, capsys, argv, said) -> None:
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "tiny.json").write_text('[{"name": "quadratic"')  # cut short
+    out = tmp_path / "gallery"
+    argv = [a.replace("{broken}", str(broken)) for a in argv]
+    code, _, err = call(gallery, ["--out", str(out), *argv], capsys)
+    assert code != 0 and said in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
 def _browser() -> str | None:
     for name in (os.environ.get("SA_CONV_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
         if name and (path := shutil.which(name)):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from experiments.cli import flag
+from experiments.cli import UserError, flag
 from experiments.cli.memory import MemoryUse
 from experiments.study.entries import Entry, entry_config
 from experiments.study.weights import carried_resume
@@ -20,7 +20,7 @@ from sa_conv.models.weights import weights_dir
 from sa_conv.training.checkpoints import module_from_checkpoint
 from sa_conv.training.config import RunConfig, RunOptions, config_difference, flat_options
 from sa_conv.training.evaluation import correct_on_test
-from sa_conv.training.resume import Resume, find_resume
+from sa_conv.training.resume import Resume, find_resume, version_of
 from sa_conv.training.run import datamodule_for, train
 from sa_conv.training.summary import RunSummary
 from sa_conv.utils.safe_load import CheckpointError
@@ -70,13 +70,25 @@ def finished(entry: Entry, seed: int, settings: StudySettings) -> RunSummary | N
     """The summary of the newest finished run of one entry and seed with the study's config, if any."""
     config = entry_config(entry, settings.scale, seed).to_dict()
     root = run_root(entry, seed, settings)
-    done = sorted(root.glob(f"{entry.model}/version_*/metrics.json"), key=lambda p: int(p.parent.name[8:]))
+    found = [(version_of(p), p) for p in root.glob(f"{entry.model}/version_*/metrics.json")]
+    done = [p for _, p in sorted((v, p) for v, p in found if v is not None)]  # version_N folders only
     for path in reversed(done):
-        summary = RunSummary.read(path)
+        try:
+            summary = here(RunSummary.read(path), path.parent)
+        except (OSError, ValueError) as err:  # ValueError: not JSON, or a summary's keys missing
+            raise UserError(f"{path} is not a readable run summary ({err}); move it away to go on") from None
         if not config_difference(summary.config, config):
             print(f"== {entry.name} seed {seed}: finished, {path.parent}", flush=True)
             return with_test_correct(summary, path, settings)
     return None
+
+
+def here(summary: RunSummary, run_dir: Path) -> RunSummary:
+    """A run's summary with its paths in the folder it is read from (its metrics.json names them as they
+    were where it trained: another working directory, another checkout)."""
+    best = summary.best_checkpoint
+    moved = str(run_dir / "checkpoints" / Path(best).name) if best else None
+    return replace(summary, run_dir=str(run_dir), best_checkpoint=moved)
 
 
 def with_test_correct(summary: RunSummary, path: Path, settings: StudySettings) -> RunSummary:

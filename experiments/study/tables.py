@@ -229,8 +229,8 @@ class ResultsTables:
             missing = [run_label(e, s) for e, s in self.table if (e.name, s) not in self.rows]
             for stale in self.out.glob(f".{self.scale}.*.tmp"):  # a killed writer's (only we write now)
                 stale.unlink(missing_ok=True)
+            md = markdown(rows, self.scale, missing, unfinished)  # before either file: they agree
             write_json(self.json_path, rows)
-            md = markdown(rows, self.scale, missing, unfinished)
             write_text(self.out / f"{self.scale}.md", md)
             self.seen = {key: json.loads(json.dumps(row)) for key, row in self.rows.items()}  # as the file
         return rows
@@ -418,6 +418,13 @@ def comparisons(rows: list[dict[str, Any]], alpha: float = 0.05, min_seeds: int 
     names = list(complete)
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
+            sizes = {len(r["test_correct"]) for r in complete[a] + complete[b]}
+            if len(sizes) > 1:  # tested on other images: nothing to pair
+                out.append(
+                    f"- {a} vs {b}: tested on different test sets ({', '.join(map(str, sorted(sizes)))} "
+                    "images): not paired"
+                )
+                continue
             ra = [per_image(r["test_correct"]) for r in complete[a]]
             rb = [per_image(r["test_correct"]) for r in complete[b]]
             ps = [mcnemar(x, y)[2] for x in ra for y in rb]

@@ -319,6 +319,10 @@ def test_an_ordering_is_claimed_only_with_every_test_and_two_seeds_each() -> Non
     swapped = [row("a", 0, good), row("a", 1, poor), row("b", 0, poor), row("b", 1, good)]
     assert comparisons(swapped)[-1].endswith(": no ordering claimed")  # not every seed above
     assert comparisons([row("a", 0, good), {**row("b", 0, poor), "test_correct": ""}]) == []  # no per-image
+    other_set = comparisons(
+        [row("a", 0, good), row("b", 0, poor[:1000])]
+    )  # e.g. full CIFAR-10 against a copy
+    assert other_set[-1] == "- a vs b: tested on different test sets (1000, 2000 images): not paired"
 
 
 def test_the_mean_over_seeds_averages_every_seed_per_layer() -> None:

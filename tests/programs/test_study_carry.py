@@ -1,16 +1,19 @@
-"""A run carried between machines: the study resumes whichever checkpoint is further along, its own or the
-carried one, carries without overwriting newer steps, and drops the carried file once the run finishes."""
+"""Runs that move between machines: the study resumes whichever checkpoint is further along, its own or the
+carried one, carries without overwriting newer steps, and reads a finished run back where it lies now."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from helpers.summaries import metrics
 
+from experiments.cli import UserError
 from experiments.study.entries import Entry, entry_config
-from experiments.study.runs import StudySettings, newest_resume
+from experiments.study.runs import StudySettings, finished, newest_resume, run_root
 from experiments.study.weights import carry
 from sa_conv import __version__
 from sa_conv.models.weights import carried_checkpoint
@@ -110,3 +113,33 @@ def test_carrying_never_replaces_a_checkpoint_further_along(settings: StudySetti
     assert resume is not None and resume.path == ahead
     carry("tiny", "quadratic-seed0", resume, settings.weights)
     assert read_checkpoint(target)["global_step"] == 12  # replaced in place
+
+
+def test_a_finished_run_read_from_another_folder_names_its_files_there(settings: StudySettings) -> None:
+    """metrics.json names the run's files where it trained (another working directory or checkout): read
+    back from where it lies now, the study uses the files there."""
+    folder = run_root(ENTRY, 0, settings) / "quadratic" / "version_0"
+    (folder / "checkpoints").mkdir(parents=True)
+    written = {
+        **metrics("clean"),
+        "config": entry_config(ENTRY, "tiny", 0).to_dict(),
+        "run_dir": "elsewhere/quadratic/version_0",
+        "best_checkpoint": "/elsewhere/quadratic/version_0/checkpoints/best-epoch002.ckpt",
+    }
+    (folder / "metrics.json").write_text(json.dumps(written))
+    summary = finished(ENTRY, 0, settings)
+    assert summary is not None and summary.run_dir == str(folder)
+    assert summary.best_checkpoint == str(folder / "checkpoints" / "best-epoch002.ckpt")
+
+
+def test_a_run_folder_of_another_name_is_passed_over_and_a_broken_summary_named(
+    settings: StudySettings,
+) -> None:
+    runs = run_root(ENTRY, 0, settings) / "quadratic"
+    (runs / "version_0_old").mkdir(parents=True)
+    (runs / "version_0_old" / "metrics.json").write_text("{}")  # not a version_N folder: not this study's
+    assert finished(ENTRY, 0, settings) is None
+    (runs / "version_1").mkdir()
+    (runs / "version_1" / "metrics.json").write_text('{"run_dir": "x"')  # cut short
+    with pytest.raises(UserError, match=r"version_1/metrics.json is not a readable run summary"):
+        finished(ENTRY, 0, settings)

@@ -99,6 +99,19 @@ def _machine(hw: dict[str, Any]) -> str:
     return f"{hw.get('cpu', '?')} ({hw.get('cpu_count', '?')} cores), {hw.get('gpu') or 'no GPU'}"
 
 
+# what every row of a results JSON has (the tables read them; the FLOP columns are recomputed)
+ROW_KEYS = (
+    "name",
+    "seed",
+    "note",
+    "params",
+    "train_time_s",
+    "train_images_per_s",
+    "test_acc",
+    "test_acc_stderr",
+)
+
+
 def file_rows(path: Path, table: Sequence[tuple[Entry, int]]) -> dict[Key, Any]:
     """The rows of a results JSON for the study's entries, as the file has them, by (name, seed)."""
     if not path.is_file():
@@ -112,6 +125,11 @@ def file_rows(path: Path, table: Sequence[tuple[Entry, int]]) -> dict[Key, Any]:
     for row in rows if isinstance(rows, list) else []:
         key = (row.get("name"), row.get("seed")) if isinstance(row, dict) else None
         if key in keys:
+            if lacking := [k for k in ROW_KEYS if k not in row]:
+                raise UserError(
+                    f"{path}: the row {key[0]} seed {key[1]} lacks {', '.join(lacking)}; "
+                    "restore it from the repository, or move the file away to rebuild it"
+                )
             found[key] = row
     return found
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from experiments import study
+from experiments.cli import UserError
 from experiments.study import STUDIES, Entry
 from experiments.study import command as study_command
 from experiments.study.tables import (
@@ -260,6 +261,11 @@ def test_report_without_runs_keeps_the_committed_rows(tmp_path: Path) -> None:
     rows = json.loads((out / "small.json").read_text())
     assert [(r["name"], r["seed"], r["test_acc"]) for r in rows] == [("quadratic", 1, 0.7135)]
     assert rows[0]["rechecked"] is False and "flops_per_image" not in rows[0]
+    del committed[0]["train_time_s"]  # a row cut by hand: named, in one line, the file left as it is
+    (out / "small.json").write_text(json.dumps(committed))
+    with pytest.raises(UserError, match=r"small.json: the row quadratic seed 1 lacks train_time_s"):
+        study.main(argv)
+    assert json.loads((out / "small.json").read_text()) == committed
     expected = flops_of(study.entry_config(study.STUDIES["small"][0], "small", 1))
     assert rows[0]["train_flops_per_image"] == expected["train_flops_per_image"] > 44434688
     text = (out / "small.md").read_text()

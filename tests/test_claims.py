@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.verdicts import GRID_HEADS, forms_grid, long_rows, verdict
+from helpers.verdicts import GRID_HEADS, SMALL6_GRID_HEADS, forms_grid, grid_layers, long_rows, verdict
 
 from experiments.study.entries import STUDIES
 
@@ -162,6 +162,28 @@ def grid_with_more_training() -> list[str]:
     ]
 
 
+def middle_grid_with_more_training() -> list[str]:
+    rows, unfinished = long_rows("small6", "quadratic-45ep")
+    (epochs,) = {r["epochs"] for r in rows}
+    said = verdict({r["seed"]: bool(grid_layers(r)) for r in rows}, unfinished)
+    grids = sorted({i for r in rows for i in grid_layers(r)})
+    where = (
+        f"layer {' and '.join(map(str, grids))} with at least {SMALL6_GRID_HEADS} sharp heads on as many taps"
+        if grids
+        else f"no layer from 3 on has {SMALL6_GRID_HEADS} sharp heads on as many taps"
+    )
+    return [
+        said,
+        f"at `small6` in {epochs} epochs",
+        where,
+        *(
+            f"sharp heads per layer {', '.join(str(la['sharp_heads']) for la in r['layers'])} of {r['heads']}, "
+            f"on {', '.join(str(la['sharp_distinct_taps']) for la in r['layers'])} distinct taps"
+            for r in rows
+        ),
+    ]
+
+
 # the start of each row's claim cell -> the texts its "at this scale" and "number" cells hold
 CLAIMS: dict[str, Callable[[], list[str]]] = {
     "Theorem 1:": theorem1,
@@ -169,6 +191,7 @@ CLAIMS: dict[str, Callable[[], list[str]]] = {
     "deeper layers attend wider": deeper_layers_wider,
     "with 16 heads": sixteen_heads,
     "with 4x the training": grid_with_more_training,
+    "with 3x the training": middle_grid_with_more_training,
     "learned relative heads localize": learned_localizes,
     "Table 1: quadratic attention matches ResNet18": resnet_vs_quadratic,
     "Table 1: quadratic above learned relative": quadratic_vs_learned,
@@ -298,8 +321,12 @@ def test_no_ordering_where_the_table_claims_none(key: str, first: str, second: s
     assert not orderable(runs("small", first), runs("small", second)), f"{key}: the rule now orders them"
 
 
-def test_the_grid_row_leads_with_its_verdict() -> None:
+@pytest.mark.parametrize(
+    ("key", "texts"),
+    [("with 4x the training", grid_with_more_training), ("with 3x the training", middle_grid_with_more_training)],
+)
+def test_the_grid_rows_lead_with_their_verdict(key: str, texts: Callable[[], list[str]]) -> None:
     """The verdict is the cell's first words ("reproduced (...)" is also inside "not reproduced (...)")."""
-    said = grid_with_more_training()[0]
-    row = row_for("with 4x the training")
+    said = texts()[0]
+    row = row_for(key)
     assert row[1].startswith(said), f"the grid row's verdict is {said!r}; it says {row[1]!r}"

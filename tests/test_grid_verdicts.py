@@ -291,6 +291,27 @@ def test_the_longer_schedule_against_the_budget_runs() -> None:
     assert f"McNemar p at most {worst:.2g} for each of the four pairs" in text
 
 
+def test_the_45_epoch_run_against_the_budget_runs() -> None:
+    """The 45-epoch run's accuracy and its paired tests against the 15-epoch `small6` runs (its own seed's
+    schedule, and the other seed)."""
+    from sa_conv.analysis.statistics import mcnemar, per_image
+
+    rows, unfinished = long_rows("small6", "quadratic-45ep")
+    assert not unfinished
+    (row,) = rows
+    budget = sorted(
+        (r for r in json.loads((REPO / "results/small6.json").read_text()) if r["name"] == "quadratic"),
+        key=lambda r: r["seed"],
+    )
+    tests = [mcnemar(per_image(row["test_correct"]), per_image(r["test_correct"])) for r in budget]
+    before = " and ".join(f"{100 * r['test_acc']:.2f}%" for r in budget)
+    counts = "; ".join(f"{a} against {b} images right only in one, p {p:.2g}" for a, b, p in tests)
+    assert (
+        f"Test accuracy is {100 * row['test_acc']:.2f}%, against {before} for the 15-epoch runs of seeds "
+        f"{' and '.join(str(r['seed']) for r in budget)} (McNemar: {counts})"
+    ) in section_text()
+
+
 def independent_runs(scales: tuple[str, ...] = ("small", "small6")) -> list[dict[str, Any]]:
     """The Gaussian-head rows with an initialization of their own, scale by scale: the budget runs, not a
     bf16 or longer run of a seed (those share their budget run's initialization)."""

@@ -162,6 +162,11 @@ def grid_with_more_training() -> list[str]:
     ]
 
 
+def per_layer(row: dict[str, Any], key: str) -> str:
+    """A row's ``key`` in every layer: ``4, 4, 0, 1, 0, 0``."""
+    return ", ".join(str(layer[key]) for layer in row["layers"])
+
+
 def middle_grid_with_more_training() -> list[str]:
     rows, unfinished = long_rows("small6", "quadratic-45ep")
     (epochs,) = {r["epochs"] for r in rows}
@@ -177,8 +182,8 @@ def middle_grid_with_more_training() -> list[str]:
         f"at `small6` in {epochs} epochs",
         where,
         *(
-            f"sharp heads per layer {', '.join(str(la['sharp_heads']) for la in r['layers'])} of {r['heads']}, "
-            f"on {', '.join(str(la['sharp_distinct_taps']) for la in r['layers'])} distinct taps"
+            f"sharp heads per layer {per_layer(r, 'sharp_heads')} of {r['heads']}, "
+            f"on {per_layer(r, 'sharp_distinct_taps')} distinct taps"
             for r in rows
         ),
     ]
@@ -323,7 +328,10 @@ def test_no_ordering_where_the_table_claims_none(key: str, first: str, second: s
 
 @pytest.mark.parametrize(
     ("key", "texts"),
-    [("with 4x the training", grid_with_more_training), ("with 3x the training", middle_grid_with_more_training)],
+    [
+        ("with 4x the training", grid_with_more_training),
+        ("with 3x the training", middle_grid_with_more_training),
+    ],
 )
 def test_the_grid_rows_lead_with_their_verdict(key: str, texts: Callable[[], list[str]]) -> None:
     """The verdict is the cell's first words ("reproduced (...)" is also inside "not reproduced (...)")."""

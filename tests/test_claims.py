@@ -100,10 +100,10 @@ def sixteen_heads() -> list[str]:
     )
     # "by halves of the depth, not layer by layer": more sharp heads below in every seed, some above in each
     assert all(low > up > 0 for low, up in zip(lower, upper, strict=True)), (lower, upper)
-    per_layer = " and ".join(", ".join(str(layer["sharp_heads"]) for layer in r["layers"]) for r in rows)
+    counts = " and ".join(", ".join(str(layer["sharp_heads"]) for layer in r["layers"]) for r in rows)
     return [
         f"consistent with it at `small6` ({heads} heads, {seeds(rows)}) when counted by halves of the depth",
-        f"sharp heads per layer {per_layer} of {heads}",
+        f"sharp heads per layer {counts} of {heads}",
         f"layers 1-{half} against {half + 1}-{2 * half}: "
         + " and ".join(f"{low} against {up}" for low, up in zip(lower, upper, strict=True)),
     ]

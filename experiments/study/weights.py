@@ -29,10 +29,10 @@ def carried_resume(scale: str, run: str, root: Path, config: RunConfig, weights:
     return find_resume(str(path), root, config) if path.is_file() else None
 
 
-def ship_run(name: str, summary: RunSummary, row: dict[str, Any], weights: Path) -> bool:
+def ship_run(name: str, summary: RunSummary, row: dict[str, Any], weights: Path) -> None:
     """Ship a finished run's reported weights (its best checkpoint) as ``name`` unless the manifest
-    already lists this run, and drop its carried checkpoint (a finished run resumes nothing). False, with
-    a warning, where the checkpoint to ship is not here."""
+    already lists this run, and drop its carried checkpoint (a finished run resumes nothing); a warning
+    where the checkpoint to ship is not here."""
     scale, run = name.split("/")
     carried_checkpoint(scale, run, weights).unlink(missing_ok=True)
     shipped = manifest(weights).get(name)
@@ -41,16 +41,15 @@ def ship_run(name: str, summary: RunSummary, row: dict[str, Any], weights: Path)
         and shipped["test_acc"] == summary.test_acc
         and not config_difference(shipped["config"], summary.config)
     ):
-        return True
+        return
     best = summary.best_checkpoint
     if not best or not Path(best).is_file():
         print(f"warning: {name}: no weights shipped: {best} is not here", file=sys.stderr)
-        return False
+        return
     commit = summary.commit or source_commit()
     ckpt = read_checkpoint(best)
     entry = ship(name, ckpt, row=row, history=summary.locality_history, commit=commit, root=weights)
     print(f"== {name}: weights shipped, {weights / entry['file']} ({entry['bytes'] / 2**20:.2f} MiB)")
-    return True
 
 
 def carry(scale: str, run: str, resume: Resume | None, weights: Path) -> Path | None:

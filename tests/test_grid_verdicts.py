@@ -248,14 +248,15 @@ def test_the_outward_shifts_the_section_quotes() -> None:
     assert first0 < 0 <= first1 < 0.5  # "drew in" and "moved out a little"
 
 
-def test_the_six_layer_motion_the_section_quotes() -> None:
-    """The six-layer seed-0 run's median displacement and outward shift per layer, and which of layers 4-6
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_six_layer_motion_the_section_quotes(seed: int) -> None:
+    """A six-layer 9-head run's median displacement and outward shift per layer, and which of layers 4-6
     already meet the 45-epoch question's outward threshold at 15 epochs."""
     text = section_text()
     (row,) = (
         r
         for r in json.loads((REPO / "results/small6.json").read_text())
-        if r["name"] == "quadratic" and r["seed"] == 0
+        if r["name"] == "quadratic" and r["seed"] == seed
     )
     layers = row["layers"]
     moved = ", ".join(f"{la['median_displacement']:.2f}" for la in layers)

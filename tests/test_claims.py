@@ -91,6 +91,11 @@ def deeper_layers_wider() -> list[str]:
     ]
 
 
+def per_layer(row: dict[str, Any], key: str) -> str:
+    """A row's ``key`` in every layer: ``4, 4, 0, 1, 0, 0``."""
+    return ", ".join(str(layer[key]) for layer in row["layers"])
+
+
 def sixteen_heads() -> list[str]:
     rows = runs("small6", "quadratic-16heads")
     heads, half = rows[0]["heads"], len(rows[0]["layers"]) // 2
@@ -100,7 +105,7 @@ def sixteen_heads() -> list[str]:
     )
     # "by halves of the depth, not layer by layer": more sharp heads below in every seed, some above in each
     assert all(low > up > 0 for low, up in zip(lower, upper, strict=True)), (lower, upper)
-    counts = " and ".join(", ".join(str(layer["sharp_heads"]) for layer in r["layers"]) for r in rows)
+    counts = " and ".join(per_layer(r, "sharp_heads") for r in rows)
     return [
         f"consistent with it at `small6` ({heads} heads, {seeds(rows)}) when counted by halves of the depth",
         f"sharp heads per layer {counts} of {heads}",
@@ -160,11 +165,6 @@ def grid_with_more_training() -> list[str]:
             f"{sharp([r])} sharp heads on {r['layers'][0]['sharp_distinct_taps']} distinct taps" for r in rows
         ),
     ]
-
-
-def per_layer(row: dict[str, Any], key: str) -> str:
-    """A row's ``key`` in every layer: ``4, 4, 0, 1, 0, 0``."""
-    return ", ".join(str(layer[key]) for layer in row["layers"])
 
 
 def middle_grid_with_more_training() -> list[str]:

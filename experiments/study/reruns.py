@@ -9,7 +9,7 @@ from typing import Any
 
 from sa_conv.analysis.statistics import mcnemar, per_image
 
-__all__ = ["KEPT", "one_run", "rerun_lines", "with_replaced"]
+__all__ = ["KEPT", "one_run", "rerun_lines", "same_locality", "with_replaced"]
 
 KEPT = ("test_acc", "test_correct", "precision", "hardware", "best_val_acc", "layers")  # of a replaced row
 
@@ -23,6 +23,14 @@ def one_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
         and a.get("train_time_s") == b.get("train_time_s")
         and (correct_a is None or correct_b is None or correct_a == correct_b)
     )
+
+
+def same_locality(new: list[dict[str, Any]] | None, old: list[dict[str, Any]] | None) -> bool:
+    """Whether a re-run's locality per layer equals a replaced row's in every number the replaced row
+    recorded (a later row may record more)."""
+    if not new or not old or len(new) != len(old):
+        return False
+    return all(all(n.get(key) == value for key, value in o.items()) for n, o in zip(new, old, strict=True))
 
 
 def with_replaced(row: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any]:
@@ -60,6 +68,10 @@ def rerun_lines(rows: list[dict[str, Any]]) -> list[str]:
                 line += ": no per-image results to pair"
             elif len(new_correct) != len(old_correct):
                 line += f": tested on different images ({len(new_correct)} and {len(old_correct)})"
+            elif new_correct == old_correct:
+                line += f": right and wrong on the same {len(new_correct)} test images (no image to pair)"
+                if same_locality(r.get("layers"), old.get("layers")):
+                    line += ", and the same locality in every layer: the run reproduced"
             else:
                 new_only, old_only, p = mcnemar(per_image(new_correct), per_image(old_correct))
                 line += (

@@ -28,12 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     if not models:
         print(f"no shipped models in {weights_dir()}")
         return 0
-    print(f"{'name':<34} {'test acc':>9} {'params':>8} {'size':>9}  precision  epochs")
+    print(f"{'name':<34} {'test acc':>9} {'params':>8} {'size':>9}  {'precision':<10}  epochs")
     for name, m in models.items():
         acc = f"{100 * m['test_acc']:.1f}%"
         print(
             f"{name:<34} {acc:>9} {m['params'] / 1e6:7.3f}M {m['bytes'] / 2**20:7.2f}MiB  "
-            f"{m['precision']:<9}  {m['epochs']}"
+            f"{m['precision']:<10}  {m['epochs']}"
         )
     sizes = sorted({m["n_test_images"] for m in models.values()})
     images = (

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     if not models:
         print(f"no shipped models in {weights_dir()}")
         return 0
-    print(f"{'name':<34} {'test acc':>9} {'params':>8} {'size':>9}  {'precision':<10}  epochs")
+    print(f"{'name':<34} {'test acc':>9} {'params':>8} {'size':>10}  {'precision':<10}  epochs")
     for name, m in models.items():
         acc = f"{100 * m['test_acc']:.1f}%"
         print(

@@ -71,7 +71,7 @@ def rerun_lines(rows: list[dict[str, Any]]) -> list[str]:
             elif new_correct == old_correct:
                 line += f": right and wrong on the same {len(new_correct)} test images (no image to pair)"
                 if same_locality(r.get("layers"), old.get("layers")):
-                    line += ", and the same locality in every layer: the run reproduced"
+                    line += ", and the same locality in every layer: the same run again"
             else:
                 new_only, old_only, p = mcnemar(per_image(new_correct), per_image(old_correct))
                 line += (

@@ -132,7 +132,7 @@ def test_a_replaced_row_that_cannot_be_paired_is_said_so() -> None:
     assert with_replaced(new, None) == new and rerun_lines([new]) == []
 
 
-def test_a_rerun_that_reproduced_its_row_is_said_so() -> None:
+def test_a_rerun_that_repeated_its_row_exactly_is_said_so() -> None:
     new = {"name": "learned", "seed": 0, "test_acc": 0.7, "precision": "32-true", "hardware": "Xeon"}
     head = "- learned seed 0: 70.00% (32-true, Xeon) replaces 70.00% (32-true, Xeon): "
     same = "right and wrong on the same 10 test images (no image to pair)"
@@ -140,7 +140,7 @@ def test_a_rerun_that_reproduced_its_row_is_said_so() -> None:
     before = {**new, "test_correct": correct, "layers": layers}
     later = [layers[0] | {"overlap": 0.06}]  # a later row records more; the kept numbers are equal
     for new_layers, said in (
-        (later, same + ", and the same locality in every layer: the run reproduced"),
+        (later, same + ", and the same locality in every layer: the same run again"),
         ([layers[0] | {"mean_distance": 4.69}], same),  # one number differs: not a reproduction
         (None, same),
     ):

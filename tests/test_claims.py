@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.orderings import orderable
 from helpers.verdicts import GRID_HEADS, SMALL6_GRID_HEADS, forms_grid, grid_layers, long_rows, verdict
 
 from experiments.study.entries import STUDIES
@@ -293,23 +294,6 @@ def machines_of_the_rows() -> str:
             part += f" ({listed} on {other})"
         parts.append(part)
     return ", ".join(parts)
-
-
-def orderable(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
-    """The suite's rule (docs/results.md): every seed of one above every seed of the other, McNemar p < 0.05
-    for every pair, the bootstrap interval of the difference of the seed means excluding 0, two seeds each."""
-    from sa_conv.analysis.statistics import mcnemar, paired_bootstrap
-
-    def correct(rows: list[dict[str, Any]]) -> list[list[bool]]:
-        return [[c == "1" for c in r["test_correct"]] for r in rows]
-
-    ra, rb = correct(a), correct(b)
-    above = all(x["test_acc"] > y["test_acc"] for x in a for y in b) or all(
-        x["test_acc"] < y["test_acc"] for x in a for y in b
-    )
-    cleared = all(mcnemar(x, y)[2] < 0.05 for x in ra for y in rb)
-    _, low, high = paired_bootstrap(ra, rb)
-    return above and cleared and (low > 0 or high < 0) and len(a) >= 2 and len(b) >= 2
 
 
 @pytest.mark.parametrize(

@@ -60,11 +60,8 @@ def test_nine_heads_against_sixteen() -> None:
         f"McNemar p {p[0]} and {p[1]} (9-head seed 0 against 16-head seeds 0 and 1), {p[2]} and {p[3]} "
         f"(9-head seed 1 against them), 95% bootstrap interval [{100 * low:+.1f}, {100 * high:+.1f}]"
     ) in doc
-    float32 = [(x, y) for x in nine for y in sixteen if y["precision"] == x["precision"] == "32-true"]
-    close = "; ".join(
-        f"{100 * (x['test_acc'] - y['test_acc']):+.1f} points, p {mcnemar(*correct([x, y]))[2]:.2g}"
-        if i == 0
-        else f"{100 * (x['test_acc'] - y['test_acc']):+.1f}, p {mcnemar(*correct([x, y]))[2]:.2g}"
-        for i, (x, y) in enumerate(float32)
-    )
-    assert f"The two float32 pairs are the close ones ({close})" in doc
+    float32 = [[x, y] for x in nine for y in sixteen if x["precision"] == y["precision"] == "32-true"]
+    gaps = [f"{100 * (x['test_acc'] - y['test_acc']):+.1f}" for x, y in float32]
+    ps = [f"{mcnemar(*correct(pair))[2]:.2g}" for pair in float32]
+    close = f"({gaps[0]} points, p {ps[0]}; {gaps[1]}, p {ps[1]})"
+    assert f"The two float32 pairs are the close ones {close}" in doc

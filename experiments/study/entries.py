@@ -60,9 +60,12 @@ STUDIES: dict[str, tuple[Entry, ...]] = {
     "small": (
         Entry("quadratic", "quadratic", (0, 1), _F32),
         Entry("learned", "learned", (0, 1), _F32),
-        Entry("resnet18", "resnet18", (0,), _F32),
-        Entry("gaussian", "gaussian", (0,), _F32),
-        Entry("learned-content", "learned-content", (0,), _F32),
+        Entry("resnet18", "resnet18", (0, 1), _F32),
+        Entry("gaussian", "gaussian", (0, 1), _F32),
+        Entry("learned-content", "learned-content", (0, 1), _F32),
+        # the bench: the related papers' systems on the same recipe (docs/results.md)
+        Entry("mixed", "mixed", (0, 1), _F32),
+        Entry("composite", "composite", (0, 1), _F32),
         # the precision contract's bf16 against float32 on the phenomenon (docs/performance.md)
         Entry("quadratic-bf16", "quadratic", (0, 1), _BF16),
         # does the grid form with more training? A fresh 60-epoch schedule (docs/results.md)

@@ -66,7 +66,7 @@ def carry(scale: str, run: str, resume: Resume | None, weights: Path) -> Path | 
             print(f"== {run}: {target} holds step {there}, this run {resume.step}: kept", file=sys.stderr)
             return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    ckpt = with_best(read_checkpoint(resume.path))
+    ckpt = with_best(read_checkpoint(resume.path), resume.path.parent)
     atomic_write(target, lambda tmp: torch.save(ckpt, tmp), what="carried checkpoint")
     print(f"== {run}: step {ckpt['global_step']} carried to {target}", file=sys.stderr)
     return target

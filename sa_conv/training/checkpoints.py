@@ -6,6 +6,7 @@ LightningModule such a record rebuilds (``module_from_checkpoint``, checkpoints 
 from __future__ import annotations
 
 import random
+import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -20,6 +21,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from sa_conv.models.weights import manifest, read_weights, shipped_file
 from sa_conv.training.module import ImageClassifier
 from sa_conv.utils.files import atomic_write, disk_full, free_bytes, human_size
+from sa_conv.utils.quote import quoted
 from sa_conv.utils.safe_load import CheckpointError, read_checkpoint
 
 __all__ = [
@@ -28,9 +30,11 @@ __all__ = [
     "RelocatedResume",
     "ResumableRNG",
     "RunConfigRecord",
+    "confine_paths",
     "load_trained",
     "module_from_checkpoint",
     "with_best",
+    "within",
 ]
 
 
@@ -74,7 +78,11 @@ class RelocatedResume(pl.Callback):
     callbacks' records (best model and score, last checkpoint) are restored whole (Lightning would keep
     only the best path), their files pointed at in this run's folder where they are not where they were (a
     checkpoint carried from another machine), and the best model's weights such a checkpoint carries
-    (``carried_best``, see ``with_best``) written there: the run ends as it would have in its first folder."""
+    (``carried_best``, see ``with_best``) written there: the run ends as it would have in its first folder.
+
+    Only state the run itself could have written is restored: a file path that does not lie inside the
+    run's checkpoint folder, once resolved (``..`` and symlinks), is dropped with one warning line before
+    Lightning could remove or write it (``confine_paths``)."""
 
     def on_load_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
@@ -83,37 +91,120 @@ class RelocatedResume(pl.Callback):
         callbacks = {
             cb.state_key: cb for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint)
         }
-        best_paths = set()
-        for key, state in (checkpoint.get("callbacks") or {}).items():
+        best_paths: set[tuple[Path, Path]] = set()  # (best model, its callback's folder)
+        dropped: list[str] = []
+        states = checkpoint.get("callbacks")
+        for key, state in states.items() if isinstance(states, dict) else ():
             callback = callbacks.get(key)
-            if callback is None or callback.dirpath is None or not state.get("dirpath"):
+            if callback is None or callback.dirpath is None or not isinstance(state, dict):
                 continue
-            if state["dirpath"] != callback.dirpath:
+            if state.get("dirpath") and state["dirpath"] != callback.dirpath:
                 here = Path(callback.dirpath)
 
-                def moved(path: str, here: Path = here) -> str:  # a file still where it was stays there
-                    return str(here / Path(path).name) if path and not Path(path).exists() else path
+                def moved(path: Any, here: Path = here) -> Any:  # a file still where it was stays there
+                    return str(here / Path(path).name) if _is_path(path) and not Path(path).exists() else path
 
                 state["dirpath"] = callback.dirpath
-                for name in ("best_model_path", "kth_best_model_path", "last_model_path"):
+                for name in _PATH_FIELDS:
                     state[name] = moved(state.get(name, ""))
-                state["best_k_models"] = {moved(k): v for k, v in (state.get("best_k_models") or {}).items()}
+                best_k = state.get("best_k_models")
+                state["best_k_models"] = (
+                    {moved(k): v for k, v in best_k.items()} if isinstance(best_k, dict) else {}
+                )
+            source = Path(trainer.ckpt_path).parent if _is_path(str(trainer.ckpt_path or "")) else None
+            dropped += confine_paths(state, Path(callback.dirpath), callback.mode, source)
             if state.get("best_model_path"):
-                best_paths.add(Path(state["best_model_path"]))
-        if carried is None or not trainer.is_global_zero:
+                best_paths.add((Path(state["best_model_path"]), Path(callback.dirpath)))
+        if dropped and trainer.is_global_zero:
+            more = f" and {len(dropped) - 1} more" if len(dropped) > 1 else ""
+            print(
+                f"warning: the checkpoint names files outside this run's checkpoint folder: dropped "
+                f"{dropped[0]}{more} from its records",
+                file=sys.stderr,
+            )
+        if not isinstance(carried, dict) or not trainer.is_global_zero:
             return
-        model = carried["checkpoint"]
-        for best in best_paths:
-            if best.name == carried["file"] and not best.exists():  # the best model of the other folder
-                best.parent.mkdir(parents=True, exist_ok=True)
+        model = carried.get("checkpoint")
+        for best, folder in best_paths:  # the best model of the other folder, written in this run's
+            if best.name == carried.get("file") and not best.exists() and best.parent == folder:
+                folder.mkdir(parents=True, exist_ok=True)
                 atomic_write(best, lambda tmp: torch.save(model, tmp), what="best checkpoint")
 
 
-def with_best(ckpt: dict[str, Any]) -> dict[str, Any]:
+# the file paths a ``ModelCheckpoint`` state holds besides its ``best_k_models`` keys
+_PATH_FIELDS = ("best_model_path", "kth_best_model_path", "last_model_path")
+
+
+def _is_path(value: Any) -> bool:
+    """Whether ``value`` is a non-empty local file path (not a URL, which Lightning would hand to fsspec)."""
+    return isinstance(value, str) and bool(value) and "://" not in value and "\0" not in value
+
+
+def within(path: Any, folder: Path) -> Path | None:
+    """``path`` relative to ``folder`` when it names a file inside it, both resolved (``..`` and symlinks
+    followed); None otherwise (outside, not a local path, unresolvable)."""
+    if not _is_path(path):
+        return None
+    try:
+        resolved, root = Path(path).resolve(), folder.resolve()
+    except (OSError, RuntimeError, ValueError):  # a symlink loop, a name too long
+        return None
+    return resolved.relative_to(root) if root in resolved.parents else None
+
+
+def confine_paths(
+    state: dict[str, Any], folder: Path, mode: str = "max", source: Path | None = None
+) -> list[str]:
+    """Keep in a ``ModelCheckpoint`` state (monitoring in ``mode``) only the file paths inside ``folder``
+    (the run's checkpoint folder, where Lightning removes and writes), rewritten under it, or files in
+    ``source`` (the resumed checkpoint's own folder, only ever read), rewritten resolved; where top-k
+    entries go, the best and k-th are taken again from those kept. Returns the paths dropped, quoted."""
+
+    def confined(path: Any) -> str | None:
+        here = within(path, folder)
+        if here is not None:
+            return str(folder / here)
+        if source is None or (there := within(path, source)) is None or len(there.parts) != 1:
+            return None
+        return str(source.resolve() / there) if (source / there).is_file() else None
+
+    dropped: list[str] = []
+    for name in _PATH_FIELDS:
+        value = state.get(name)
+        if value:
+            state[name] = confined(value) or ""
+            if not state[name]:
+                dropped.append(quoted(value, 60))
+                if name == "best_model_path":
+                    state["best_model_score"] = None
+    best_k = state.get("best_k_models")
+    if best_k is None:
+        return dropped
+    ranked = best_k if isinstance(best_k, dict) else {}
+    kept = {path: score for k, score in ranked.items() if (path := confined(k)) is not None}
+    if len(kept) == len(ranked) and isinstance(best_k, dict):
+        state["best_k_models"] = kept
+        return dropped
+    dropped += [quoted(k, 60) for k in ranked if confined(k) is None] or [quoted(best_k, 60)]
+    state["best_k_models"] = kept
+    best, worst = (max, min) if mode == "max" else (min, max)
+    if kept:
+        state["best_model_path"] = best(kept, key=kept.__getitem__)
+        state["best_model_score"] = kept[state["best_model_path"]]
+        state["kth_best_model_path"] = worst(kept, key=kept.__getitem__)
+        state["kth_value"] = kept[state["kth_best_model_path"]]
+    else:
+        state["kth_best_model_path"], state["kth_value"] = "", None
+    return dropped
+
+
+def with_best(ckpt: dict[str, Any], folder: Path) -> dict[str, Any]:
     """A resumable checkpoint that also carries its run's best model (weights and what rebuilds them) when
-    that is another file, for a resume on a machine without the run's folder (``RelocatedResume``)."""
+    that is another file in ``folder`` (the checkpoint's own), for a resume on a machine without the run's
+    folder (``RelocatedResume``); a best model named outside ``folder`` is not read."""
     states = [v for k, v in (ckpt.get("callbacks") or {}).items() if k.startswith("ModelCheckpoint")]
-    best = next((Path(s["best_model_path"]) for s in states if s.get("best_model_path")), None)
+    named = (s.get("best_model_path") for s in states if isinstance(s, dict))
+    best = next((folder / here for p in named if (here := within(p, folder)) is not None), None)
     if best is None or not best.is_file():
         return ckpt
     model = read_checkpoint(best)

@@ -10,10 +10,12 @@ Any command that takes a checkpoint takes one of these names too, e.g.
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 from experiments.cli import ArgumentParser, main_guard
 from sa_conv.models.weights import manifest, weights_dir
+from sa_conv.utils.json_values import finite_json
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,14 +25,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     models = manifest()
     if args.json:
-        print(json.dumps(models, indent=1))
+        print(json.dumps(finite_json(models), indent=1, allow_nan=False))  # NaN as null: strict JSON
         return 0
     if not models:
         print(f"no shipped models in {weights_dir()}")
         return 0
     print(f"{'name':<34} {'test acc':>9} {'params':>8} {'size':>10}  {'precision':<10}  epochs")
     for name, m in models.items():
-        acc = f"{100 * m['test_acc']:.1f}%"
+        acc = f"{100 * m['test_acc']:.1f}%" if math.isfinite(m["test_acc"]) else "-"
         print(
             f"{name:<34} {acc:>9} {m['params'] / 1e6:7.3f}M {m['bytes'] / 2**20:7.2f}MiB  "
             f"{m['precision']:<10}  {m['epochs']}"

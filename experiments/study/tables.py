@@ -26,6 +26,8 @@ from sa_conv.models.weights import entry_file, manifest, read_weights
 from sa_conv.training.config import RunConfig, config_difference
 from sa_conv.training.summary import RunSummary
 from sa_conv.utils.files import lock_file_of, locked, merge_rows, write_json, write_text
+from sa_conv.utils.json_values import is_json, json_kind
+from sa_conv.utils.quote import quoted
 from sa_conv.utils.safe_load import CheckpointError
 
 __all__ = [
@@ -113,25 +115,43 @@ ROW_KEYS = (
 
 
 def file_rows(path: Path, table: Sequence[tuple[Entry, int]]) -> dict[Key, Any]:
-    """The rows of a results JSON for the study's entries, as the file has them, by (name, seed)."""
+    """The rows of a results JSON, as the file has them, by (name, seed): every row one of the study's
+    runs, once. A file the study could not write back whole (not a list of rows; a row that is not one,
+    of no run of the study, twice, or lacking a column) is refused in one ``UserError`` that names it;
+    the file is left as it is."""
     if not path.is_file():
         return {}
     try:
         rows = json.loads(path.read_text())
     except (OSError, ValueError):
         raise UserError(f"{path} is not a readable results JSON; move it away to rebuild it") from None
+    if not isinstance(rows, list):
+        raise UserError(f"{path} must be a list of rows, not {json_kind(rows)}; {_LEFT}")
     keys = {(e.name, s) for e, s in table}
-    found = {}
-    for row in rows if isinstance(rows, list) else []:
-        key = (row.get("name"), row.get("seed")) if isinstance(row, dict) else None
-        if key in keys:
-            if lacking := [k for k in ROW_KEYS if k not in row]:
-                raise UserError(
-                    f"{path}: the row {key[0]} seed {key[1]} lacks {', '.join(lacking)}; "
-                    "restore it from the repository, or move the file away to rebuild it"
-                )
-            found[key] = row
+    found: dict[Key, Any] = {}
+    for number, row in enumerate(rows, 1):
+        if (
+            not isinstance(row, dict)
+            or not isinstance(row.get("name"), str)
+            or not is_json(row.get("seed"), int)
+        ):
+            raise UserError(
+                f"{path}: row {number} is not a run's row (an object with a name and an integer seed): "
+                f"{quoted(row)}; {_LEFT}"
+            )
+        key = (row["name"], row["seed"])
+        what = f"{path}: row {number} ({quoted(key[0])} seed {key[1]})"
+        if key not in keys:
+            raise UserError(f"{what} is no run of this study; {_LEFT}")
+        if key in found:
+            raise UserError(f"{what} repeats an earlier row; {_LEFT}")
+        if lacking := [k for k in ROW_KEYS if k not in row]:
+            raise UserError(f"{what} lacks {', '.join(lacking)}; {_LEFT}")
+        found[key] = row
     return found
+
+
+_LEFT = "the file is left as it is: restore it from the repository, or move it away to rebuild it"
 
 
 def committed_rows(

@@ -18,7 +18,9 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from sa_conv.data.tree import TreeError, class_folders, decode_bounded, image_files
 from sa_conv.utils.files import new_folders_removed_on_error
+from sa_conv.utils.quote import quoted
 
 __all__ = [
     "CIFAR10_CLASSES",
@@ -60,34 +62,30 @@ class DataError(RuntimeError):
 
 
 def load_image_folder(root: Path, split: Split) -> tuple[Tensor, Tensor]:
-    """Decode ``root/split/<class>/*`` into uint8 ``(N, 3, 32, 32)`` and labels; errors name the file."""
-    from torchvision.datasets import ImageFolder
-    from torchvision.io import ImageReadMode, decode_image, read_file
-
+    """Decode ``root/split/<class>/*`` into uint8 ``(N, 3, 32, 32)`` and labels; errors name the file
+    (``sa_conv.data.tree``: each folder read once, each image's size checked before it is decoded)."""
     folder = root / split
     if not folder.is_dir():
         raise DataError(f"{root} has no '{split}' folder: expected {root}/{split}/<class>/*.jpg")
     try:
-        tree = ImageFolder(str(folder), loader=str)
-    except FileNotFoundError as err:  # a class folder without images, or no class folders
-        raise DataError(f"{folder}: {err}") from None
-    if tuple(tree.classes) != CIFAR10_CLASSES:
-        missing = sorted(set(CIFAR10_CLASSES) - set(tree.classes))
-        extra = sorted(set(tree.classes) - set(CIFAR10_CLASSES))
-        raise DataError(
-            f"{folder} does not hold the 10 CIFAR-10 classes (missing: {', '.join(missing) or '-'}; "
-            f"unexpected: {', '.join(extra) or '-'})"
-        )
-    images = torch.empty(len(tree.samples), 3, IMAGE_SIZE, IMAGE_SIZE, dtype=torch.uint8)
-    for i, (path, _) in enumerate(tree.samples):
-        try:
-            image = decode_image(read_file(path), mode=ImageReadMode.RGB)
-        except RuntimeError as err:
-            raise DataError(f"cannot decode image {path}: {str(err).splitlines()[0]}") from None
-        if image.shape[1:] != (IMAGE_SIZE, IMAGE_SIZE):
-            raise DataError(f"image {path} is {image.shape[2]}x{image.shape[1]}, expected 32x32")
-        images[i] = image
-    return images, torch.tensor(tree.targets, dtype=torch.long)
+        classes = class_folders(folder)
+        if tuple(classes) != CIFAR10_CLASSES:
+            missing = sorted(set(CIFAR10_CLASSES) - set(classes))
+            extra = sorted(set(classes) - set(CIFAR10_CLASSES))
+            raise DataError(
+                f"{folder} does not hold the 10 CIFAR-10 classes (missing: {', '.join(missing) or '-'}; "
+                f"unexpected: {', '.join(quoted(e, 30) for e in extra[:3]) or '-'}"
+                f"{f' and {len(extra) - 3} more' if len(extra) > 3 else ''})"
+            )
+        samples = image_files(folder, classes)
+        if empty := sorted(set(CIFAR10_CLASSES) - {CIFAR10_CLASSES[i] for _, i in samples}):
+            raise DataError(f"{folder}: no image for the classes {', '.join(empty)} (*.jpg, *.png, ...)")
+        images = torch.empty(len(samples), 3, IMAGE_SIZE, IMAGE_SIZE, dtype=torch.uint8)
+        for i, (path, _) in enumerate(samples):
+            images[i] = decode_bounded(path, IMAGE_SIZE)
+    except TreeError as err:
+        raise DataError(str(err)) from None
+    return images, torch.tensor([label for _, label in samples], dtype=torch.long)
 
 
 def check_download_target(root: Path) -> None:

@@ -30,6 +30,7 @@ from sa_conv.models import MODELS as REGISTRY
 from sa_conv.models import Backbone, model_config
 from sa_conv.utils.files import atomic_write, locked, write_text
 from sa_conv.utils.json_values import is_json, json_kind
+from sa_conv.utils.quote import quoted
 from sa_conv.utils.safe_load import CheckpointError, run_config_of
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "FORMAT",
     "backbone_of",
     "carried_checkpoint",
+    "check_fit",
     "entry_file",
     "load_pretrained",
     "manifest",
@@ -179,14 +181,18 @@ def _metadata_field(
 
 def entry_file(name: str, entry: dict[str, Any], root: Path | None = None) -> Path:
     """Where manifest ``entry`` (of model ``name``) keeps its weights: its ``file``, a relative
-    ``.safetensors`` path below the weights folder ``root``; ``CheckpointError`` for any other path."""
+    ``.safetensors`` path below the weights folder ``root`` that stays there once resolved (no symlink
+    leads out); ``CheckpointError`` for any other path."""
+    root = root or weights_dir()
     file = PurePosixPath(entry["file"])
-    if file.is_absolute() or ".." in file.parts or file.suffix != ".safetensors":
+    inside = not file.is_absolute() and ".." not in file.parts and file.suffix == ".safetensors"
+    if not inside or root.resolve() not in (root / file).resolve().parents:
         raise CheckpointError(
-            f"the manifest's file of {name} ({entry['file']}) must be a relative .safetensors path inside "
-            "the weights folder"
+            f"the manifest's file of {quoted(name)} ({quoted(entry['file'])}) must be a relative "
+            ".safetensors path inside the weights folder, not led out of it by a symlink (a shared store: "
+            "name it with SA_CONV_WEIGHTS)"
         )
-    return (root or weights_dir()) / file
+    return root / file
 
 
 def shipped_file(name: str) -> Path:
@@ -203,15 +209,52 @@ def shipped_file(name: str) -> Path:
     return path
 
 
+def check_fit(state: dict[str, Tensor], module: nn.Module, what: str) -> None:
+    """Refuse, before anything is loaded, tensors that do not fit ``module``'s: a shape other than its, a
+    floating-point one stored as integers, counts stored with fractions, NaN or infinity; ``CheckpointError``
+    (``what``: its start) names the first tensor and counts the rest. Missing and unexpected names are
+    ``load_state_dict``'s to name."""
+    wanted = module.state_dict()
+    wrong: list[str] = []
+    for name, tensor in state.items():
+        if name not in wanted or not isinstance(tensor, Tensor):
+            continue
+        want = wanted[name]
+        if tuple(tensor.shape) != tuple(want.shape):
+            wrong.append(
+                f"size mismatch for {name}: {tuple(tensor.shape)} in the file, {tuple(want.shape)} in the "
+                "model"
+            )
+        elif want.is_floating_point() and not tensor.is_floating_point():
+            wrong.append(f"dtype mismatch for {name}: {tensor.dtype} in the file, {want.dtype} in the model")
+        elif tensor.is_floating_point() and not want.is_floating_point() and tensor.ne(tensor.round()).any():
+            wrong.append(f"dtype mismatch for {name}: fractions in the file, {want.dtype} in the model")
+    if wrong:
+        more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
+        raise CheckpointError(f"{what}: {wrong[0]}{more}")
+    bad = [
+        k
+        for k, t in state.items()
+        if isinstance(t, Tensor) and t.is_floating_point() and not t.isfinite().all()
+    ]
+    if bad:
+        raise CheckpointError(
+            f"{what}: its weights hold NaN or infinity ({len(bad)} tensors, first {bad[0]}): "
+            "a diverged run; use an earlier checkpoint"
+        )
+
+
 def backbone_of(record: dict[str, Any]) -> Backbone:
-    """The backbone a record (``read_weights``, a checkpoint) holds, its weights loaded."""
+    """The backbone a record (``read_weights``, a checkpoint) holds, its weights checked (``check_fit``)
+    and loaded."""
     hparams = record["hyper_parameters"]
     if hparams.get("model") not in REGISTRY:
-        raise CheckpointError(f"the record's model {hparams.get('model')!r} is not one of this suite's")
+        raise CheckpointError(f"the record's model {quoted(hparams.get('model'))} is not one of this suite's")
     backbone = REGISTRY[hparams["model"]].build(model_config(hparams["model"], **hparams["model_config"]))
     state = {
         k.removeprefix("backbone."): v for k, v in record["state_dict"].items() if k.startswith("backbone.")
     }
+    check_fit(state, backbone, f"the weights do not fit their model {hparams['model']!r}")
     try:
         backbone.load_state_dict(state)
     except RuntimeError as err:

@@ -18,7 +18,7 @@ from pytorch_lightning.plugins.io import TorchCheckpointIO
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from sa_conv.models.weights import manifest, read_weights, shipped_file
+from sa_conv.models.weights import check_fit, manifest, read_weights, shipped_file
 from sa_conv.training.module import ImageClassifier
 from sa_conv.utils.files import atomic_write, disk_full, free_bytes, human_size
 from sa_conv.utils.quote import quoted
@@ -111,7 +111,8 @@ class RelocatedResume(pl.Callback):
                 state["best_k_models"] = (
                     {moved(k): v for k, v in best_k.items()} if isinstance(best_k, dict) else {}
                 )
-            source = Path(trainer.ckpt_path).parent if _is_path(str(trainer.ckpt_path or "")) else None
+            resumed = str(trainer.ckpt_path or "")
+            source = Path(resumed).parent if _is_path(resumed) else None
             dropped += confine_paths(state, Path(callback.dirpath), callback.mode, source)
             if state.get("best_model_path"):
                 best_paths.add((Path(state["best_model_path"]), Path(callback.dirpath)))
@@ -324,17 +325,16 @@ def module_from_checkpoint(record: str | Path | dict[str, Any]) -> ImageClassifi
         hparams.pop("num_classes", None)  # the model config's own
     try:
         module = ImageClassifier(**hparams)
+        check_fit(
+            ckpt["state_dict"], module, f"the checkpoint does not match its model {quoted(hparams['model'])}"
+        )
         module.load_state_dict(ckpt["state_dict"])
     except (ValueError, TypeError, RuntimeError) as err:
+        if isinstance(err, CheckpointError):
+            raise
         raise CheckpointError(
-            f"the checkpoint does not match its model {hparams['model']!r}: {_load_error(err)}"
+            f"the checkpoint does not match its model {quoted(hparams['model'])}: {_load_error(err)}"
         ) from None
-    bad = [name for name, t in ckpt["state_dict"].items() if t.is_floating_point() and not t.isfinite().all()]
-    if bad:
-        raise CheckpointError(
-            f"the checkpoint's weights hold NaN or infinity ({len(bad)} tensors, first {bad[0]}): "
-            "a diverged run; use an earlier checkpoint"
-        )
     return module
 
 

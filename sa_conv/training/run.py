@@ -67,6 +67,7 @@ from sa_conv.utils.files import (
     disk_full,
     is_disk_full,
     new_folders_removed_on_error,
+    new_run_removed_on_error,
     prepare_output_dir,
     write_text,
 )
@@ -144,10 +145,13 @@ def train(
             module.backbone.compile()
         logger = _logger(config, options, resume)
         run_dir = Path(logger.log_dir)
-        callbacks = _callbacks(config, options, run_dir, datamodule, module, slow_hint)
-        trainer = _trainer(config, options, logger, callbacks, run_dir)
-        _announce(trainer, config, options, module, datamodule, run_dir, resume, flops, callbacks.progress)
-        wall = _fit(trainer, module, datamodule, resume, run_dir, callbacks)
+        with new_run_removed_on_error(run_dir):  # failed before its first checkpoint: no folder left
+            callbacks = _callbacks(config, options, run_dir, datamodule, module, slow_hint)
+            trainer = _trainer(config, options, logger, callbacks, run_dir)
+            _announce(
+                trainer, config, options, module, datamodule, run_dir, resume, flops, callbacks.progress
+            )
+            wall = _fit(trainer, module, datamodule, resume, run_dir, callbacks)
         # read now: testing a checkpoint restores the callbacks' states of that checkpoint
         measured = Measured.of(callbacks.progress, callbacks.figures, wall_time_s=wall)
         accuracy = _test(trainer, module, datamodule, config, callbacks, run_dir, measured.history)

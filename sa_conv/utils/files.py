@@ -29,6 +29,7 @@ __all__ = [
     "locked",
     "merge_rows",
     "new_folders_removed_on_error",
+    "new_run_removed_on_error",
     "prepare_output_dir",
     "save_png",
     "write_json",
@@ -254,5 +255,22 @@ def new_folders_removed_on_error(path: str | Path) -> Iterator[None]:
         yield
     except BaseException:
         if top is not None and top.is_dir() and not any(p.is_file() for p in top.rglob("*")):
+            shutil.rmtree(top, ignore_errors=True)
+        raise
+
+
+@contextmanager
+def new_run_removed_on_error(folder: Path, keep: str = "*.ckpt") -> Iterator[None]:
+    """On an exception in the block, remove the folders it made on the way to ``folder`` if they hold no
+    file matching ``keep``: a run that fails before its first checkpoint leaves no run folder behind."""
+    top = None  # the highest folder on the way to ``folder`` that does not exist yet
+    for made in (folder.absolute(), *folder.absolute().parents):
+        if made.exists():
+            break
+        top = made
+    try:
+        yield
+    except BaseException:
+        if top is not None and top.is_dir() and not any(top.rglob(keep)):
             shutil.rmtree(top, ignore_errors=True)
         raise

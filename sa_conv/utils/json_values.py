@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-__all__ = ["is_json", "json_kind"]
+__all__ = ["finite_json", "is_json", "json_kind"]
 
 
 def is_json(value: Any, kind: type | tuple[type, ...]) -> bool:
@@ -21,3 +22,14 @@ def json_kind(value: Any) -> str:
     if isinstance(value, type):
         value = value()  # an instance names its type: {} an object, 0 a number
     return "null" if value is None else names.get(type(value), "a number")
+
+
+def finite_json(value: Any) -> Any:
+    """``value`` with each NaN or infinite float as None (``null``): what a strict JSON parser reads."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_json(v) for v in value]
+    return value

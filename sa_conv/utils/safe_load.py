@@ -87,8 +87,15 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if path.is_dir():
         raise CheckpointError(f"checkpoint {path} is a directory, not a file")
+    if path.exists() and not path.is_file():
+        raise CheckpointError(f"checkpoint {path} is not a regular file (a device, a pipe or a socket)")
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist{_what_is_there(path.parent)}")
+    try:
+        path.open("rb").close()
+    except OSError as err:
+        reason = "permission denied" if isinstance(err, PermissionError) else err.strerror
+        raise CheckpointError(f"cannot read checkpoint {path}: {reason}") from None
     ckpt = load_checkpoint_file(path)
     hparams = ckpt.get("hyper_parameters") if isinstance(ckpt, dict) else None
     if not hparams or "model" not in hparams or "state_dict" not in ckpt:

@@ -110,12 +110,71 @@ def test_a_manifest_entry_names_no_file_outside_the_weights_folder(weights: Path
         sa_conv.load_pretrained(NAME)
 
 
-def test_a_weights_folder_that_links_elsewhere_still_loads(weights: Path, tmp_path: Path) -> None:
-    """A scale folder kept in a shared store and linked into weights/ is inside it, by its manifest path."""
+@pytest.mark.parametrize("link", ["folder", "file"])
+def test_a_symlink_leading_out_of_the_weights_folder_is_refused(
+    weights: Path, tmp_path: Path, link: str
+) -> None:
+    """A scale folder or a weights file linked in from elsewhere is outside the weights folder, its sha256
+    the manifest's or not: refused, naming the way a shared store is meant to be named."""
     store = tmp_path / "store"
-    weights.parent.rename(store)
-    weights.parent.symlink_to(store, target_is_directory=True)
+    moved = weights.parent if link == "folder" else weights
+    moved.rename(store)
+    moved.symlink_to(store, target_is_directory=link == "folder")
+    with pytest.raises(
+        CheckpointError, match=r"path inside the weights folder, not led out of it by a symlink"
+    ):
+        sa_conv.load_pretrained(NAME)
+
+
+def test_a_shared_store_named_by_the_environment_loads(
+    weights: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The way to keep weights elsewhere: ``SA_CONV_WEIGHTS`` names the store itself."""
+    store = weights_dir().parent / "store"
+    weights_dir().rename(store)
+    monkeypatch.setenv("SA_CONV_WEIGHTS", str(store))
     assert not sa_conv.load_pretrained(NAME).training
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8, torch.bool])
+def test_weights_stored_as_integers_are_refused_before_loading(weights: Path, tmp_path: Path, dtype) -> None:
+    """Float bytes relabelled as integers (or any integer tensor where the model has floats) load as
+    nonsense: refused naming the tensor and both dtypes, whichever path reads them."""
+    with safe_open(str(weights), framework="pt") as f:
+        metadata = dict(f.metadata())
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+    name = next(iter(tensors))
+    tensors[name] = (
+        tensors[name].view(torch.int32).to(dtype) if dtype != torch.int32 else tensors[name].view(dtype)
+    )
+    relabelled = tmp_path / "relabelled.safetensors"
+    save_file(tensors, str(relabelled), metadata=metadata)
+    with pytest.raises(
+        CheckpointError, match=rf"dtype mismatch for {name}: {dtype} in the file, torch.float32 in the model"
+    ):
+        sa_conv.load_pretrained(relabelled)
+
+
+def test_a_tensor_of_another_shape_is_refused_naming_it(weights: Path, tmp_path: Path) -> None:
+    with safe_open(str(weights), framework="pt") as f:
+        metadata = dict(f.metadata())
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+    name = next(iter(tensors))
+    tensors[name] = torch.zeros(3, 5)
+    reshaped = tmp_path / "reshaped.safetensors"
+    save_file(tensors, str(reshaped), metadata=metadata)
+    with pytest.raises(CheckpointError, match=rf"size mismatch for {name}: \(3, 5\) in the file"):
+        sa_conv.load_pretrained(reshaped)
+
+
+def test_models_json_is_strict_json_where_a_number_is_not_finite(weights: Path, capsys) -> None:
+    edit_manifest(lambda m: m[NAME].update(test_acc=float("nan")))
+    code, out, _ = call(models, ["--json"], capsys)
+    assert code == 0
+    parsed = json.loads(out, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    assert parsed[NAME]["test_acc"] is None
+    code, out, _ = call(models, [], capsys)
+    assert code == 0 and NAME in out
 
 
 def rewrite_metadata(path: Path, **changes: str | None) -> Path:

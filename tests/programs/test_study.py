@@ -263,7 +263,7 @@ def test_report_without_runs_keeps_the_committed_rows(tmp_path: Path) -> None:
     assert rows[0]["rechecked"] is False and "flops_per_image" not in rows[0]
     del committed[0]["train_time_s"]  # a row cut by hand: named, in one line, the file left as it is
     (out / "small.json").write_text(json.dumps(committed))
-    with pytest.raises(UserError, match=r"small.json: the row quadratic seed 1 lacks train_time_s"):
+    with pytest.raises(UserError, match=r"small.json: row 1 \('quadratic' seed 1\) lacks train_time_s"):
         study.main(argv)
     assert json.loads((out / "small.json").read_text()) == committed
     expected = flops_of(study.entry_config(study.STUDIES["small"][0], "small", 1))

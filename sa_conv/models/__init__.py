@@ -37,6 +37,11 @@ MODELS: dict[str, ModelEntry] = {
     "gaussian": ModelEntry(SAConfig, {"encoding": "gaussian"}, SAClassifier),
     "learned": ModelEntry(SAConfig, {"encoding": "learned"}, SAClassifier),
     "learned-content": ModelEntry(SAConfig, {"encoding": "learned", "content": True}, SAClassifier),
+    # the baseline of both related papers (a ViT-style model): content attention with learned absolute
+    # positions added to the tokens (as ConvBERT's inputs), initialized and trained as learned-content
+    "absolute-content": ModelEntry(
+        SAConfig, {"encoding": "none", "content": True, "absolute_position": True}, SAClassifier
+    ),
     # related systems on the same bench, initialized as their own code (BERT's N(0, 0.02))
     "composite": ModelEntry(
         SAConfig, {"encoding": "composite", "content": True, "init": "bert"}, SAClassifier

@@ -8,7 +8,7 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -18,6 +18,7 @@ from experiments.presets import preset
 from experiments.study.entries import PAPER_TABLE, Entry, entry_config
 from experiments.study.milestones import milestone_lines
 from experiments.study.reruns import rerun_lines, with_replaced
+from sa_conv.analysis.dynamics import sharpening
 from sa_conv.analysis.flops import analytic_flops
 from sa_conv.analysis.maps import history_of, initial_of, layer_summary
 from sa_conv.analysis.statistics import accuracy_stderr, mcnemar, paired_bootstrap, per_image
@@ -88,6 +89,7 @@ def row_of(entry: Entry, seed: int, summary: RunSummary) -> dict[str, Any]:
         # recomputed from the run's own record, so that a summary added later applies to finished runs
         "layers": layer_summary(history[-1], initial_of(history)) if history else [],
         "locality_history": locality_curve(history),
+        "sharpening": [asdict(event) for event in sharpening(history)],
         "epochs_history": summary.history,
         "run_dir": summary.run_dir,
         "hardware": _machine(summary.hardware or {}),
@@ -202,7 +204,8 @@ def shipped_locality(name: str, entry: dict[str, Any], weights: Path) -> dict[st
     if not history:
         return {}
     layers = layer_summary(history[-1], initial_of(history))
-    return {"layers": layers, "locality_history": locality_curve(history)}
+    events = [asdict(event) for event in sharpening(history)]
+    return {"layers": layers, "locality_history": locality_curve(history), "sharpening": events}
 
 
 def run_label(entry: Entry, seed: int) -> str:

@@ -96,9 +96,10 @@ def layer_summary(snapshot: dict[str, Any], initial: dict[str, Any] | None = Non
     the number of distinct taps among them and the taps themselves, sorted (dy, dx) with one per sharp
     head (their peak shifts; rounded centres in records that predate them), the heads' mean mass on one
     pixel (conv-likeness), the overlap and coverage of their half-mass regions (records that hold them),
-    and for Gaussian heads the median alpha and, given the ``initial`` snapshot (step 0), how far each
-    head's centre moved from it (pixels) and how much farther from the query it now is (``outward``,
-    negative: nearer), with their medians."""
+    and for Gaussian heads each head's alpha and their median, the mean norm of the loss gradient on each
+    centre since the previous snapshot (records that hold it) and, given the ``initial`` snapshot (step
+    0), how far each head's centre moved from it (pixels) and how much farther from the query it now is
+    (``outward``, negative: nearer), with their medians."""
     out = []
     starts = initial["layers"] if initial is not None else [None] * len(snapshot["layers"])
     for layer, start in zip(snapshot["layers"], starts, strict=True):
@@ -119,7 +120,11 @@ def layer_summary(snapshot: dict[str, Any], initial: dict[str, Any] | None = Non
         if "overlap" in layer:
             row["overlap"], row["coverage"] = layer["overlap"], layer["coverage"]
         if "inverse_covariance" in layer:
-            row["median_alpha"] = float(gaussian_alpha(torch.tensor(layer["inverse_covariance"])).median())
+            alpha = gaussian_alpha(torch.tensor(layer["inverse_covariance"]))  # (heads,)
+            row["median_alpha"] = float(alpha.median())
+            row["alpha"] = [round(float(a), 4) for a in alpha]
+        if "centre_grad_norm" in layer:  # the mean gradient norm on each centre since the last snapshot
+            row["centre_grad_norm"] = [float(g) for g in layer["centre_grad_norm"]]
         if (
             start is not None
             and "centres" in layer

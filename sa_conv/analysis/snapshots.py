@@ -55,6 +55,12 @@ def _layer_problem(layer: Any) -> str | None:
         if heads is not None and len(values) != heads:
             return f"{key!r} has {len(values)} entries, {_PER_HEAD[0]!r} {heads}"
         heads = len(values)
+    if "centre_grad_norm" in layer and not (
+        isinstance(layer["centre_grad_norm"], list)
+        and len(layer["centre_grad_norm"]) == heads
+        and all(_number(v) for v in layer["centre_grad_norm"])
+    ):
+        return f"'centre_grad_norm' is not {heads} numbers"
     for key, width in _OPTIONAL_PER_HEAD.items():
         if key in layer and not _is_rows(layer[key], heads, width):
             return f"{key!r} is not {heads} pairs of numbers"

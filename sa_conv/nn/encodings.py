@@ -74,6 +74,8 @@ class PositionalEncoding(nn.Module):
     key_dependent: bool = False  # key_logits(k, height, width): a term of the key's features
     weight_decay: bool = True  # False: exempt from weight decay (the paper's centres and spreads)
     head_parameters: tuple[str, ...] = ()  # parameters whose first dimension is the head (pruning)
+    centre_parameter: str | None = None  # the per-head centres (heads, 2) it learns (head dynamics)
+    spread_parameter: str | None = None  # the per-head spreads it learns (frozen by the lock-in test)
 
     def logits(self, height: int, width: int) -> Tensor:
         """Positional logits ``(heads, N, N)`` of an height x width token grid."""
@@ -129,6 +131,7 @@ class QuadraticEncoding(PositionalEncoding):
     separable = True
     weight_decay = False
     head_parameters = ("centres", "spread")
+    centre_parameter, spread_parameter = "centres", "spread"
 
     def __init__(self, heads: int, *, centre_std: float = 2.0, spread_std: float = 0.01) -> None:
         super().__init__()
@@ -191,6 +194,7 @@ class GaussianEncoding(PositionalEncoding):
 
     weight_decay = False
     head_parameters = ("centres", "scale")
+    centre_parameter, spread_parameter = "centres", "scale"
 
     def __init__(self, heads: int, *, centre_std: float = 2.0, scale_std: float = 0.01) -> None:
         super().__init__()

@@ -15,6 +15,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities import rank_zero_only
 from torch import Tensor
 
+from sa_conv.analysis.dynamics import CentreGradients
 from sa_conv.analysis.maps import figures_of, locality_snapshot
 from sa_conv.models import Backbone
 from sa_conv.utils.pace import Pace, duration, eta
@@ -184,8 +185,10 @@ class AttentionFigures(pl.Callback):
     (``figures_of``) every ``every_n_epochs`` validation epochs and at the end: ``attention/layer{i}``
     (one layer's heads), ``attention/grid`` (layers x heads), ``attention/centres`` (the paper's centre
     plot, Gaussian heads), ``attention/locality`` and ``attention/locality_over_training``, plus scalars
-    ``locality/layer{i}/...``. Content attention is averaged over ``images`` evaluation images. Rank
-    zero only; nothing without a TensorBoard logger.
+    ``locality/layer{i}/...``. Each snapshot after the first also records, for heads with centres, the
+    mean norm of the loss gradient on each centre over the steps since the previous one
+    (``centre_grad_norm``, ``sa_conv.analysis.dynamics``). Content attention is averaged over ``images``
+    evaluation images. Rank zero only; nothing without a TensorBoard logger.
 
     Args:
         backbone: the trained model (the module's, trained in place).
@@ -212,6 +215,7 @@ class AttentionFigures(pl.Callback):
         self.every_n_epochs, self.history_every_n_steps = every_n_epochs, history_every_n_steps
         self.query, self.images = query, images
         self.history: list[dict[str, Any]] = []
+        self.gradients = CentreGradients()  # the centres' gradient norms between two snapshots
 
     def _writer(self, trainer: pl.Trainer) -> Any | None:
         for logger in trainer.loggers:
@@ -232,10 +236,18 @@ class AttentionFigures(pl.Callback):
         if self.history and self.history[-1]["step"] == step:
             return
         with torch.no_grad():
-            self.history.append(locality_snapshot(self.backbone, self._images(pl_module), step))
+            snapshot = locality_snapshot(self.backbone, self._images(pl_module), step)
+        for layer, norms in zip(snapshot["layers"], self.gradients.take(), strict=False):
+            if norms is not None:  # heads with centres, after at least one step
+                layer["centre_grad_norm"] = norms
+        self.history.append(snapshot)
+
+    def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.gradients.add(self.backbone.encodings())
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._record(trainer, pl_module)
+        if not self.history:  # a resumed run continues its record as an unbroken run would
+            self._record(trainer, pl_module)
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -271,7 +283,9 @@ class AttentionFigures(pl.Callback):
         writer.flush()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"history": self.history}
+        return {"history": self.history, "gradients": self.gradients.state_dict()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.history = list(state_dict["history"])
+        if "gradients" in state_dict:  # checkpoints written before the centres' gradients were recorded
+            self.gradients.load_state_dict(state_dict["gradients"])

@@ -157,6 +157,15 @@ class ImageClassifier(pl.LightningModule):
             self.check_finite()
         return loss
 
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        """The encodings' spreads keep their initial value in the first ``optim.freeze_spreads`` epochs
+        (no gradient: SGD leaves them, momentum and all), then train as usual; set at every step, so a
+        resume in either phase continues it."""
+        frozen = self.current_epoch < self.optim.freeze_spreads
+        for encoding in self.backbone.encodings():
+            if encoding is not None and encoding.spread_parameter is not None:
+                getattr(encoding, encoding.spread_parameter).requires_grad_(not frozen)
+
     def check_finite(self) -> None:
         """``FloatingPointError`` naming the step where the training loss first became NaN or inf
         (a host sync: every ``FINITE_CHECK_EVERY`` steps, at epoch ends and before any checkpoint)."""

@@ -30,6 +30,9 @@ class OptimConfig:
         (80 / 300, 150 / 300, 250 / 300), "multistep: fractions of training where the lr drops"
     )
     gamma: float = option(0.1, "multistep: lr factor at each milestone")
+    freeze_spreads: int = option(
+        0, "epochs at the start in which the encodings' spreads keep their initial value (lock-in test)"
+    )
 
     def __post_init__(self) -> None:
         checks = [
@@ -41,6 +44,13 @@ class OptimConfig:
             ("milestones", all(0 < m < 1 for m in self.milestones), "fractions of training in (0, 1)"),
             ("milestones", list(self.milestones) == sorted(self.milestones), "in increasing order"),
             ("gamma", 0 < self.gamma <= 1, "in (0, 1]"),
+            (
+                "freeze_spreads",
+                isinstance(self.freeze_spreads, int)
+                and not isinstance(self.freeze_spreads, bool)
+                and self.freeze_spreads >= 0,
+                "a number of epochs >= 0",
+            ),
         ]
         for name, ok, expected in checks:
             if not ok:

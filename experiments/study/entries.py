@@ -66,10 +66,15 @@ STUDIES: dict[str, tuple[Entry, ...]] = {
         # the bench: the related papers' systems on the same recipe (docs/results.md)
         Entry("mixed", "mixed", (0, 1), _F32),
         Entry("composite", "composite", (0, 1), _F32),
+        Entry("absolute-content", "absolute-content", (0, 1), _F32),  # the related papers' baseline
         # the precision contract's bf16 against float32 on the phenomenon (docs/performance.md)
         Entry("quadratic-bf16", "quadratic", (0, 1), _BF16),
         # does the grid form with more training? A fresh 60-epoch schedule (docs/results.md)
         Entry("quadratic-60ep", "quadratic", (0, 1), {"epochs": 60, **_F32}),
+        # what keeps the heads in place? Each factor against the quadratic control (docs/results.md)
+        Entry("quadratic-frozen-spreads", "quadratic", (0, 1), {"optim": {"freeze_spreads": 3}, **_F32}),
+        Entry("quadratic-attn-dropout", "quadratic", (0, 1), {"model_config": {"attn_dropout": 0.1}, **_F32}),
+        Entry("quadratic-width128", "quadratic", (0,), {"model_config": {"hidden": 128, "ffn": 256}, **_F32}),
     ),
     "small6": (
         Entry("quadratic", "quadratic", (0, 1), _F32),

@@ -15,6 +15,7 @@ import torch
 
 from experiments.benchmark.data import bench_data
 from experiments.benchmark.layers import BASELINE, bench_scaling, bench_variants
+from experiments.benchmark.recording import bench_recording
 from experiments.benchmark.report import print_report
 from experiments.benchmark.steps import bench_allocator, bench_model_steps, bench_training_step
 from experiments.benchmark.tools import SCALES
@@ -26,7 +27,7 @@ from sa_conv.utils.machine import hardware
 
 __all__ = ["SECTIONS", "main"]
 
-SECTIONS = ("allocator", "variants", "scaling", "training_step", "model_steps", "data")
+SECTIONS = ("allocator", "variants", "scaling", "training_step", "model_steps", "recording", "data")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         "scaling": lambda: bench_scaling(scale, device),
         "training_step": lambda: bench_training_step(scale, device),
         "model_steps": lambda: bench_model_steps(
+            args.models_scale, args.step_batch, device, repeats=args.repeats
+        ),
+        "recording": lambda: bench_recording(
             args.models_scale, args.step_batch, device, repeats=args.repeats
         ),
         "data": lambda: bench_data(device, scale.min_time, scale.repeats),

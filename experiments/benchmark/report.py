@@ -70,6 +70,13 @@ def _print_steps(report: dict[str, Any]) -> None:
     m = report.get("model_steps")
     if m:
         _print_model_steps(m)
+    r = report.get("recording")
+    if r:
+        print(
+            f"\nrecording the heads' dynamics (quadratic, {r['scale']}, batch {r['batch']}, float32, "
+            f"alternated): {r['plain_images_per_s']:.1f} images/s plain, {r['recording_images_per_s']:.1f} "
+            f"recording: {100 * r['cost']:+.2f}% time per step"
+        )
 
 
 def _print_quadratic_step(t: dict[str, Any]) -> None:

@@ -24,7 +24,15 @@ from sa_conv.training.precision import emulated_products, mixed_precision
 from sa_conv.utils.allocator import keep_freed_memory
 from sa_conv.utils.machine import resolve_precision
 
-__all__ = ["ALLOCATOR_MODELS", "bench_allocator", "bench_model_steps", "bench_training_step"]
+__all__ = [
+    "ALLOCATOR_MODELS",
+    "bench_allocator",
+    "bench_model_steps",
+    "bench_training_step",
+    "build_model",
+    "interleaved",
+    "sgd_step",
+]
 
 # the models whose steps make large tensors anew every step (dense attention), and one that does not
 ALLOCATOR_MODELS = ("learned-content", "gaussian", "quadratic")
@@ -103,8 +111,16 @@ def interleaved(
     return best
 
 
-def sgd_step(model: nn.Module, batch: int, device: torch.device, precision: str) -> Callable[[], None]:
-    """One full SGD step (forward, backward, update) of ``model`` on random images, in ``precision``."""
+def sgd_step(
+    model: nn.Module,
+    batch: int,
+    device: torch.device,
+    precision: str,
+    *,
+    after_backward: Callable[[], None] | None = None,
+) -> Callable[[], None]:
+    """One full SGD step (forward, backward, update) of ``model`` on random images, in ``precision``;
+    ``after_backward``: called between the backward pass and the update (a callback's hook)."""
     images = torch.randn(batch, 3, 32, 32, device=device)
     labels = torch.randint(0, 10, (batch,), device=device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -116,6 +132,8 @@ def sgd_step(model: nn.Module, batch: int, device: torch.device, precision: str)
             loss = nn.functional.cross_entropy(model(images), labels)
         with emulated_products(device.type) if bf16 else contextlib.nullcontext():
             loss.backward()
+        if after_backward is not None:
+            after_backward()
         opt.step()
 
     return step
@@ -147,7 +165,8 @@ def _has_reference(model: nn.Module) -> bool:
     return any(isinstance(layer, MultiHeadSelfAttention2d) for layer in model.attention_layers())
 
 
-def _build(name: str, scale_name: str, device: torch.device, impl: str = "auto") -> nn.Module:
+def build_model(name: str, scale_name: str, device: torch.device, impl: str = "auto") -> nn.Module:
+    """Model ``name`` at a preset scale in training mode, from seed 0, its attention on ``impl``."""
     torch.manual_seed(0)
     return _on_path(MODELS[name].build(preset(name, scale_name).model_config).to(device).train(), impl)
 
@@ -161,7 +180,7 @@ def bench_allocator(
     ``interleaved``)."""
     paths = [(name, impl) for name in ALLOCATOR_MODELS for impl in ("reference", "auto")]
     steps = {
-        f"{name}/{impl}": sgd_step(_build(name, scale_name, device, impl), batch, device, "32-true")
+        f"{name}/{impl}": sgd_step(build_model(name, scale_name, device, impl), batch, device, "32-true")
         for name, impl in paths
     }
     before = interleaved(steps, device, repeats=repeats)
@@ -203,13 +222,13 @@ def bench_model_steps(
     peak = matmul_gflop_per_s(device, dtype, repeats=repeats)
     rows = []
     for name in MODELS:
-        model = _build(name, scale_name, device)
+        model = build_model(name, scale_name, device)
         flops = counted_flops(model, training=True, batch=batch)
         steps = {p: sgd_step(model, batch, device, p) for p in ("32-true", "bf16-mixed")}
         if device.type == "cpu":  # flushing denormals is a CPU mode: on a GPU the two would be the same
             steps["eager"] = _denormals_kept(sgd_step(model, batch, device, "32-true"))
         if _has_reference(model):
-            reference = _build(name, scale_name, device, "reference")
+            reference = build_model(name, scale_name, device, "reference")
             steps["reference"] = sgd_step(reference, batch, device, "32-true")
         seconds = interleaved(steps, device, repeats=repeats)
         reference_speed = batch / seconds["reference"] if "reference" in seconds else None

@@ -5,6 +5,7 @@ and how far its centre moved before and after."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,19 @@ def test_a_malformed_gradient_record_is_refused() -> None:
     history[0]["layers"][0]["centre_grad_norm"] = [0.1]
     with pytest.raises(CheckpointError, match="'centre_grad_norm' is not 2 numbers"):
         check_history(history, "f")
+
+
+def test_the_benchmark_times_the_recording_against_plain_steps(tmp_path, capsys) -> None:
+    from helpers import call
+
+    from experiments import benchmark
+
+    report = tmp_path / "bench.json"
+    argv = ["--device", "cpu", "--sections", "recording", "--models-scale", "tiny", "--step-batch", "4"]
+    code, out, _ = call(benchmark, [*argv, "--repeats", "1", "--json", str(report)], capsys)
+    measured = json.loads(report.read_text())["recording"]
+    assert code == 0 and "recording the heads' dynamics" in out
+    assert measured["plain_images_per_s"] > 0 and measured["recording_images_per_s"] > 0
+    assert measured["cost"] == pytest.approx(
+        measured["plain_images_per_s"] / measured["recording_images_per_s"] - 1
+    )

@@ -1,14 +1,17 @@
 """The cost of recording the heads' dynamics: the quadratic model's training step with and without the
 per-step part of the record (each centre's gradient norm added on the device, ``CentreGradients``),
-alternated in one process."""
+one step of each in turn in one process."""
 
 from __future__ import annotations
 
+import statistics
+import time
 from typing import Any
 
 import torch
 
-from experiments.benchmark.steps import build_model, interleaved, sgd_step
+from experiments.benchmark.steps import build_model, sgd_step
+from experiments.benchmark.tools import synchronize
 from sa_conv.analysis.dynamics import CentreGradients
 
 __all__ = ["bench_recording"]
@@ -17,8 +20,8 @@ __all__ = ["bench_recording"]
 def bench_recording(
     scale_name: str, batch: int, device: torch.device, *, repeats: int | None = None
 ) -> dict[str, Any]:
-    """float32 steps of the quadratic model at a preset scale, plain and recording, interleaved
-    (``repeats``: as ``interleaved``); their ratio is the recording's cost."""
+    """float32 steps of the quadratic model at a preset scale, plain and recording, one of each in turn
+    (``repeats`` pairs, default 30; medians): their ratio is the recording's cost."""
     plain, recorded = (
         build_model("quadratic", scale_name, device),
         build_model("quadratic", scale_name, device),
@@ -31,12 +34,23 @@ def bench_recording(
             recorded, batch, device, "32-true", after_backward=lambda: meter.add(encodings)
         ),
     }
-    seconds = interleaved(steps, device, repeats=repeats)
+    seconds: dict[str, list[float]] = {name: [] for name in steps}
+    for step in steps.values():
+        step()  # warm-up
+    for _ in range(repeats or 30):
+        for name, step in steps.items():
+            synchronize(device)
+            start = time.perf_counter()
+            step()
+            synchronize(device)
+            seconds[name].append(time.perf_counter() - start)
     meter.take()  # what a snapshot does (one host sync per snapshot, not per step)
+    plain_s, recording_s = (statistics.median(seconds[name]) for name in steps)
     return {
         "scale": scale_name,
         "batch": batch,
-        "plain_images_per_s": batch / seconds["plain"],
-        "recording_images_per_s": batch / seconds["recording"],
-        "cost": seconds["recording"] / seconds["plain"] - 1,
+        "pairs": repeats or 30,
+        "plain_images_per_s": batch / plain_s,
+        "recording_images_per_s": batch / recording_s,
+        "cost": recording_s / plain_s - 1,
     }

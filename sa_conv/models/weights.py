@@ -25,13 +25,13 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from sa_conv import __version__
 from sa_conv.models import MODELS as REGISTRY
 from sa_conv.models import Backbone, model_config
 from sa_conv.utils.files import atomic_write, locked, write_text
 from sa_conv.utils.json_values import is_json, json_kind
 from sa_conv.utils.quote import quoted
 from sa_conv.utils.safe_load import CheckpointError, run_config_of
+from sa_conv.utils.version import __version__
 
 __all__ = [
     "ENTRY_FIELDS",

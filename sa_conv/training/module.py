@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
@@ -13,10 +12,11 @@ from pytorch_lightning.utilities.types import OptimizerLRSchedulerConfig
 from torch import Tensor
 from torchmetrics.classification import MulticlassAccuracy
 
-from sa_conv import __version__, models
-from sa_conv.models import Backbone, ResNetConfig, SAConfig
+from sa_conv.models import MODELS, Backbone, ResNetConfig, SAConfig
+from sa_conv.models import model_config as config_of
 from sa_conv.utils.config import config_from_dict, config_to_dict
 from sa_conv.utils.schedule import OptimConfig, lr_factor, schedule_length
+from sa_conv.utils.version import __version__
 
 __all__ = ["FirstNonFinite", "ImageClassifier", "weight_decay_groups"]
 
@@ -94,7 +94,7 @@ class ImageClassifier(pl.LightningModule):
         family: SAConfig | ResNetConfig = (
             model_config
             if isinstance(model_config, SAConfig | ResNetConfig)
-            else models.model_config(model, **dict(model_config or {}))
+            else config_of(model, **dict(model_config or {}))
         )
         settings: OptimConfig = (
             optim
@@ -111,7 +111,7 @@ class ImageClassifier(pl.LightningModule):
                 "val_name": val_name,
             }
         )
-        self.backbone: Backbone = models.MODELS[model].build(family)
+        self.backbone: Backbone = MODELS[model].build(family)
         classes = family.num_classes
         # the training metric skips its input checks: they read values back to the host every step
         self.train_acc = MulticlassAccuracy(classes, average="micro", validate_args=False)
@@ -122,13 +122,6 @@ class ImageClassifier(pl.LightningModule):
 
     def forward(self, images: Tensor) -> Tensor:
         return self.backbone(images)
-
-    @classmethod
-    def from_checkpoint(cls, checkpoint: str | Path | dict[str, Any]) -> ImageClassifier:
-        """``sa_conv.training.checkpoints.module_from_checkpoint`` (kept for the commands that call it)."""
-        from sa_conv.training.checkpoints import module_from_checkpoint  # that module imports this one
-
-        return module_from_checkpoint(checkpoint)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.check_finite()  # a state after a NaN loss is never saved: the last good checkpoint stays

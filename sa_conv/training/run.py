@@ -23,7 +23,6 @@ from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from sa_conv import __version__
 from sa_conv.analysis.flops import run_flops
 from sa_conv.data.datamodule import CIFAR10DataModule
 from sa_conv.data.sources import Source
@@ -75,6 +74,7 @@ from sa_conv.utils.machine import matmul_flops_per_s, source_commit
 from sa_conv.utils.pace import Pace, flop_projection
 from sa_conv.utils.safe_load import safe_globals
 from sa_conv.utils.schedule import schedule_length
+from sa_conv.utils.version import __version__
 
 __all__ = ["datamodule_for", "module_for", "train"]
 

@@ -14,7 +14,6 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 
-from sa_conv import __version__
 from sa_conv.analysis.explorer import explorer_data, write_explorer
 from sa_conv.analysis.maps import initial_of, layer_summary
 from sa_conv.data.datamodule import CIFAR10DataModule
@@ -27,6 +26,7 @@ from sa_conv.training.precision import bf16_emulated
 from sa_conv.utils.files import write_json
 from sa_conv.utils.machine import hardware, peak_flops
 from sa_conv.utils.safe_load import read_checkpoint
+from sa_conv.utils.version import __version__
 
 __all__ = [
     "Measured",

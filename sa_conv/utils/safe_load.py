@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sa_conv import __version__
+from sa_conv.utils.version import __version__
 
 __all__ = [
     "SAFE_GLOBALS",

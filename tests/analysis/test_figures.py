@@ -34,7 +34,7 @@ from sa_conv.analysis.figures import (
 from sa_conv.analysis.locality import gaussian_alpha, head_table, interior_queries, locality, peak_shift
 from sa_conv.analysis.maps import figures_of, layer_summary
 from sa_conv.nn.encodings import QuadraticEncoding
-from sa_conv.training.module import ImageClassifier
+from sa_conv.training.checkpoints import module_from_checkpoint
 from sa_conv.utils.safe_load import read_checkpoint
 
 TWO_LAYERS = [*tiny(layers=2, epochs=2), "--synthetic"]
@@ -193,7 +193,7 @@ def test_the_run_records_its_locality_history(logged_run):
     assert steps == sorted(set(steps)) and steps[0] == 0 and steps[-1] == metrics["global_steps"]
     assert len(steps) >= 4  # every 2 steps of 8, and the epoch ends
     ckpt = read_checkpoint(logged_run / "checkpoints" / "last.ckpt")
-    enc = ImageClassifier.from_checkpoint(ckpt).backbone.blocks[1].attention.encoding
+    enc = module_from_checkpoint(ckpt).backbone.blocks[1].attention.encoding
     torch.testing.assert_close(torch.tensor(history[-1]["layers"][1]["centres"]), enc.centres.detach())
     assert [len(layer["mean_distance"]) for layer in history[0]["layers"]] == [4, 4]
     assert metrics["layers"][0]["heads"] == 4 and "median_alpha" in metrics["layers"][0]
@@ -203,7 +203,7 @@ def test_centre_and_locality_figures_follow_the_runs_history(logged_run):
     """The figures are drawn from the history given to them: change it and they change."""
     metrics = json.loads((logged_run / "metrics.json").read_text())
     history = metrics["locality_history"]
-    backbone = ImageClassifier.from_checkpoint(read_checkpoint(logged_run / "checkpoints/last.ckpt")).backbone
+    backbone = module_from_checkpoint(read_checkpoint(logged_run / "checkpoints/last.ckpt")).backbone
     images = torch.zeros(1, 3, 32, 32)
 
     def drawn(hist):
@@ -301,7 +301,7 @@ def test_figures_cli_renders_pngs_without_data_for_a_positional_model(logged_run
     scalars = json.loads((tmp_path / "quadratic_locality.json").read_text())
     assert 0 <= scalars["locality/layer1/sharp_fraction"] <= 1
     # a quadratic head peaks on the pixel nearest its centre, at every interior query where that is inside
-    backbone = ImageClassifier.from_checkpoint(read_checkpoint(ckpt)).backbone
+    backbone = module_from_checkpoint(read_checkpoint(ckpt)).backbone
     queries = [divmod(q, 16) for q in interior_queries(16, 16, 4).tolist()]  # (row, col)
     for i in range(2):
         rows = scalars["heads"][f"layer{i + 1}"]

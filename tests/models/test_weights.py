@@ -19,7 +19,7 @@ from helpers import REPO, call, one_line_error, tiny, train
 import sa_conv
 from experiments import convert, evaluate, explore, figures, models
 from sa_conv.models.weights import manifest, ship, weights_dir
-from sa_conv.training.checkpoints import load_trained
+from sa_conv.training.checkpoints import load_trained, module_from_checkpoint
 from sa_conv.utils.safe_load import CheckpointError, read_checkpoint
 
 # two layers, two steps on 64 synthetic images, no explorer page
@@ -59,9 +59,8 @@ def test_shipped_weights_hold_the_checkpoints_tensors_and_load_by_name(run_dir: 
     backbone = sa_conv.load_pretrained(NAME)
     assert not backbone.training
     images = torch.randn(2, 3, 32, 32)
-    from sa_conv.training.module import ImageClassifier
 
-    expected = ImageClassifier.from_checkpoint(ckpt).backbone.eval()(images)
+    expected = module_from_checkpoint(ckpt).backbone.eval()(images)
     torch.testing.assert_close(backbone(images), expected, rtol=0, atol=0)
 
 

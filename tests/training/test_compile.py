@@ -6,7 +6,7 @@ import json
 import pytest
 from helpers import TEN_STEPS, run_cli, weights
 
-from sa_conv.training.module import ImageClassifier
+from sa_conv.training.checkpoints import module_from_checkpoint
 
 
 @pytest.mark.slow
@@ -21,5 +21,5 @@ def test_compile_trains_and_evaluates_with_partial_batches(tmp_path):
     assert metrics["n_train_images"] % 32 and metrics["n_test_images"] % 256  # partial last batches
     state = weights(tmp_path / "quadratic/version_0/checkpoints/last.ckpt")
     assert "backbone.blocks.0.attention.proj.weight" in state  # no _orig_mod in the names
-    module = ImageClassifier.from_checkpoint(tmp_path / "quadratic/version_0/checkpoints/last.ckpt")
+    module = module_from_checkpoint(tmp_path / "quadratic/version_0/checkpoints/last.ckpt")
     assert module.hparams.model == "quadratic"

@@ -15,7 +15,7 @@ from helpers import TEN_STEPS, StepCounter, assert_resumed_exactly, call, run_cl
 
 from experiments import run
 from experiments.cli import main_guard
-from sa_conv.training.module import ImageClassifier
+from sa_conv.training.checkpoints import module_from_checkpoint
 
 
 @pytest.mark.parametrize(("at", "remaining"), [(10, 20), (14, 20)])  # killed at the first step of epoch 2
@@ -88,7 +88,7 @@ def test_resuming_a_checkpoint_from_elsewhere_starts_a_new_run_folder(tmp_path, 
 
 def test_the_module_rebuilds_from_every_checkpoint(straight):
     for path in (straight / "checkpoints").iterdir():
-        module = ImageClassifier.from_checkpoint(path)
+        module = module_from_checkpoint(path)
         assert module.hparams.model == "quadratic"
 
 

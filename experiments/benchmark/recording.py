@@ -13,6 +13,7 @@ import torch
 from experiments.benchmark.steps import build_model, sgd_step
 from experiments.benchmark.tools import synchronize
 from sa_conv.analysis.dynamics import CentreGradients
+from sa_conv.utils.precisions import FLOAT32
 
 __all__ = ["bench_recording"]
 
@@ -29,10 +30,8 @@ def bench_recording(
     meter = CentreGradients()
     encodings = recorded.encodings()
     steps = {
-        "plain": sgd_step(plain, batch, device, "32-true"),
-        "recording": sgd_step(
-            recorded, batch, device, "32-true", after_backward=lambda: meter.add(encodings)
-        ),
+        "plain": sgd_step(plain, batch, device, FLOAT32),
+        "recording": sgd_step(recorded, batch, device, FLOAT32, after_backward=lambda: meter.add(encodings)),
     }
     seconds: dict[str, list[float]] = {name: [] for name in steps}
     for step in steps.values():

@@ -23,6 +23,7 @@ from sa_conv.nn.attention import MultiHeadSelfAttention2d
 from sa_conv.training.precision import emulated_products, mixed_precision
 from sa_conv.utils.allocator import keep_freed_memory
 from sa_conv.utils.machine import resolve_precision
+from sa_conv.utils.precisions import BF16, FLOAT32, Precision
 
 __all__ = [
     "ALLOCATOR_MODELS",
@@ -55,7 +56,7 @@ def step_images_per_second(
     model: nn.Module, scale: Scale, device: torch.device, *, bf16: bool = False
 ) -> float:
     """Images per second of full SGD steps (forward, backward, update) of ``model``."""
-    step = sgd_step(model, scale.step_batch, device, "bf16-mixed" if bf16 else "32-true")
+    step = sgd_step(model, scale.step_batch, device, BF16 if bf16 else FLOAT32)
     return scale.step_batch / time_it(step, device, scale.min_time, scale.repeats)
 
 
@@ -115,7 +116,7 @@ def sgd_step(
     model: nn.Module,
     batch: int,
     device: torch.device,
-    precision: str,
+    precision: Precision,
     *,
     after_backward: Callable[[], None] | None = None,
 ) -> Callable[[], None]:
@@ -124,7 +125,7 @@ def sgd_step(
     images = torch.randn(batch, 3, 32, 32, device=device)
     labels = torch.randint(0, 10, (batch,), device=device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    bf16 = precision == "bf16-mixed"
+    bf16 = precision == BF16
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
@@ -180,7 +181,7 @@ def bench_allocator(
     ``interleaved``)."""
     paths = [(name, impl) for name in ALLOCATOR_MODELS for impl in ("reference", "auto")]
     steps = {
-        f"{name}/{impl}": sgd_step(build_model(name, scale_name, device, impl), batch, device, "32-true")
+        f"{name}/{impl}": sgd_step(build_model(name, scale_name, device, impl), batch, device, FLOAT32)
         for name, impl in paths
     }
     before = interleaved(steps, device, repeats=repeats)
@@ -218,31 +219,31 @@ def bench_model_steps(
     model has one; achieved GFLOP/s from the counted FLOPs of the trained path, and as a fraction of the
     device's rate for one large matrix product in the default precision (``repeats``: as ``interleaved``)."""
     default = resolve_precision("auto", device.type)
-    dtype = torch.bfloat16 if default == "bf16-mixed" else torch.float32
+    dtype = torch.bfloat16 if default == BF16 else torch.float32
     peak = matmul_gflop_per_s(device, dtype, repeats=repeats)
     rows = []
     for name in MODELS:
         model = build_model(name, scale_name, device)
         flops = counted_flops(model, training=True, batch=batch)
-        steps = {p: sgd_step(model, batch, device, p) for p in ("32-true", "bf16-mixed")}
+        steps = {p: sgd_step(model, batch, device, p) for p in (FLOAT32, BF16)}
         if device.type == "cpu":  # flushing denormals is a CPU mode: on a GPU the two would be the same
-            steps["eager"] = _denormals_kept(sgd_step(model, batch, device, "32-true"))
+            steps["eager"] = _denormals_kept(sgd_step(model, batch, device, FLOAT32))
         if _has_reference(model):
             reference = build_model(name, scale_name, device, "reference")
-            steps["reference"] = sgd_step(reference, batch, device, "32-true")
+            steps["reference"] = sgd_step(reference, batch, device, FLOAT32)
         seconds = interleaved(steps, device, repeats=repeats)
         reference_speed = batch / seconds["reference"] if "reference" in seconds else None
         row = {
             "model": name,
-            "eager_float32_images_per_s": batch / seconds.get("eager", seconds["32-true"]),
-            "float32_images_per_s": batch / seconds["32-true"],
+            "eager_float32_images_per_s": batch / seconds.get("eager", seconds[FLOAT32]),
+            "float32_images_per_s": batch / seconds[FLOAT32],
             "reference_float32_images_per_s": reference_speed,
-            "bf16_images_per_s": batch / seconds["bf16-mixed"],
+            "bf16_images_per_s": batch / seconds[BF16],
             "gflop_per_image": flops / 1e9,
         }
         row["bf16_speedup"] = row["bf16_images_per_s"] / row["float32_images_per_s"]
         row["flush_speedup"] = row["float32_images_per_s"] / row["eager_float32_images_per_s"]
-        fastest = row["bf16_images_per_s"] if default == "bf16-mixed" else row["float32_images_per_s"]
+        fastest = row["bf16_images_per_s"] if default == BF16 else row["float32_images_per_s"]
         row["default_gflop_per_s"] = flops * fastest / 1e9
         row["default_over_reference"] = fastest / reference_speed if reference_speed else None
         row["default_fraction_of_matmul"] = row["default_gflop_per_s"] / peak

@@ -7,6 +7,7 @@ from typing import Any
 
 from experiments.presets import preset
 from sa_conv.training.config import RunConfig
+from sa_conv.utils.precisions import BF16, FLOAT32
 
 __all__ = ["PAPER_TABLE", "STUDIES", "Entry", "entry_config"]
 
@@ -42,8 +43,8 @@ def entry_config(entry: Entry, scale: str, seed: int) -> RunConfig:
 
 # The CPU studies name each run's precision, the one its committed row was trained in, so that a re-run
 # reproduces it on any CPU (``auto`` would pick bf16 on one with native bf16, float32 elsewhere).
-_F32 = {"precision": "32-true"}
-_BF16 = {"precision": "bf16-mixed"}
+_F32 = {"precision": FLOAT32}
+_BF16 = {"precision": BF16}
 
 
 STUDIES: dict[str, tuple[Entry, ...]] = {

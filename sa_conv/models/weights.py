@@ -29,6 +29,7 @@ from sa_conv.models import MODELS as REGISTRY
 from sa_conv.models import Backbone, model_config
 from sa_conv.utils.files import atomic_write, locked, write_text
 from sa_conv.utils.json_values import is_json, json_kind
+from sa_conv.utils.precisions import FLOAT32
 from sa_conv.utils.quote import quoted
 from sa_conv.utils.safe_load import CheckpointError, run_config_of
 from sa_conv.utils.version import __version__
@@ -313,7 +314,7 @@ def ship(
         "model": row["model"],
         "scale": name.split("/")[0],
         "seed": row["seed"],
-        "precision": row.get("precision", "32-true"),
+        "precision": row.get("precision", FLOAT32),
         "epochs": row["epochs"],
         "epoch_of_weights": (ckpt.get("epoch") or 0) + 1,
         "test_acc": row["test_acc"],

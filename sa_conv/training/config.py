@@ -22,7 +22,8 @@ import yaml
 from sa_conv.data.config import DataConfig
 from sa_conv.models import MODELS, ResNetConfig, SAConfig, model_config
 from sa_conv.utils.config import config_from_dict, config_to_dict, field_types, option
-from sa_conv.utils.machine import PRECISIONS, check_devices
+from sa_conv.utils.machine import check_devices
+from sa_conv.utils.precisions import AUTO, PRECISIONS, Precision
 from sa_conv.utils.schedule import OptimConfig
 
 __all__ = [
@@ -57,8 +58,8 @@ class RunConfig:
     limit_train_batches: int | float | None = option(
         None, "Lightning: batches (int) or a fraction (float) of each epoch"
     )
-    precision: str = option(
-        "auto",
+    precision: Precision = option(
+        AUTO,
         "auto: bf16-mixed where bf16 is native (CUDA GPU from Ampere; AVX-512 BF16, AMX, Arm BF16 CPU), "
         "else 32-true",
     )

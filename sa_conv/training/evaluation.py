@@ -11,6 +11,7 @@ from sa_conv.data.datamodule import CIFAR10DataModule
 from sa_conv.nn.autocast import autocast_available
 from sa_conv.training.module import ImageClassifier
 from sa_conv.training.precision import mixed_precision
+from sa_conv.utils.precisions import BF16, FLOAT32, Precision
 
 __all__ = ["correct_on_test", "evaluate"]
 
@@ -29,7 +30,7 @@ def evaluate(module: ImageClassifier, datamodule: CIFAR10DataModule, split: str 
 def correct_on_test(
     backbone: torch.nn.Module,
     datamodule: CIFAR10DataModule,
-    precision: str = "32-true",
+    precision: Precision = FLOAT32,
     device: torch.device | None = None,
 ) -> str:
     """Per test image, whether ``backbone`` classifies it right: a string of 0 and 1 in the test split's
@@ -40,7 +41,7 @@ def correct_on_test(
     device = device or next(backbone.parameters()).device
     backbone.to(device)
     images, labels = datamodule.evaluation_images(normalized=False)
-    bf16 = precision == "bf16-mixed" and autocast_available(device)
+    bf16 = precision == BF16 and autocast_available(device)
     correct = []
     size = datamodule.eval_batch_size
     for start in range(0, len(labels), size):

@@ -32,6 +32,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from sa_conv.training.config import RunConfig
 from sa_conv.utils.machine import cpu_has_native_bf16, resolve_precision
+from sa_conv.utils.precisions import BF16, FLOAT32, Precision
 
 __all__ = [
     "FLOAT32_ATEN_OPS",
@@ -234,10 +235,10 @@ def bf16_emulated(device_type: str) -> bool:
     return device_type == "cpu" and not cpu_has_native_bf16()
 
 
-def product_dtype(precision: str, device_type: str) -> torch.dtype:
+def product_dtype(precision: Precision, device_type: str) -> torch.dtype:
     """The dtype a run's matrix products compute in: bf16 under ``bf16-mixed`` where it is native, float32
     otherwise (emulated bf16 multiplies in float32): the rate that bounds its steps."""
-    return torch.bfloat16 if precision == "bf16-mixed" and not bf16_emulated(device_type) else torch.float32
+    return torch.bfloat16 if precision == BF16 and not bf16_emulated(device_type) else torch.float32
 
 
 def emulated_products(device_type: str) -> contextlib.AbstractContextManager:
@@ -263,7 +264,7 @@ class ContractPrecision(MixedPrecision):
     and, where bf16 products are emulated, the backward's products too."""
 
     def __init__(self, device: str) -> None:
-        super().__init__("bf16-mixed", device)
+        super().__init__("bf16-mixed", device)  # Lightning names its own literal
         self.emulate_bf16 = bf16_emulated(device)
 
     @contextlib.contextmanager
@@ -278,10 +279,10 @@ class ContractPrecision(MixedPrecision):
             super().backward(tensor, model, optimizer, *args, **kwargs)
 
 
-def precision_plugin(precision: str, device_type: str) -> ContractPrecision | None:
+def precision_plugin(precision: Precision, device_type: str) -> ContractPrecision | None:
     """The Trainer's precision plugin for ``precision``: the contract for ``bf16-mixed``, else Lightning's
     own (None)."""
-    return ContractPrecision(device_type) if precision == "bf16-mixed" else None
+    return ContractPrecision(device_type) if precision == BF16 else None
 
 
 def settle_precision(config: RunConfig, accelerator: str, stored: dict[str, Any] | None = None) -> RunConfig:
@@ -291,7 +292,7 @@ def settle_precision(config: RunConfig, accelerator: str, stored: dict[str, Any]
         return config.replace(precision=resolve_precision(config.precision, accelerator))
     precision = stored.get("precision", "auto")
     if precision == "auto":  # written before runs recorded their precision, all on CPUs: auto was float32
-        precision = "32-true"
+        precision = FLOAT32
     return config.replace(precision=precision)
 
 
@@ -312,7 +313,7 @@ def flush_denormals() -> None:
 def warn_slow_bf16(config: RunConfig, accelerator: str) -> None:
     """bf16 on a CPU without native bf16 (a resumed run keeps its precision): emulated, slower."""
     gpu = torch.cuda.is_available() and accelerator != "cpu"
-    if config.precision == "bf16-mixed" and not gpu and not cpu_has_native_bf16():
+    if config.precision == BF16 and not gpu and not cpu_has_native_bf16():
         print(
             "warning: this run trains in bf16-mixed and this CPU has no native bf16 (AVX-512 BF16, AMX): its "
             "bf16 products are emulated in float32 (the same rounding), slower than a float32 run here",

@@ -25,6 +25,7 @@ from sa_conv.training.module import ImageClassifier
 from sa_conv.training.precision import bf16_emulated
 from sa_conv.utils.files import write_json
 from sa_conv.utils.machine import hardware, peak_flops
+from sa_conv.utils.precisions import BF16, FLOAT32, Precision
 from sa_conv.utils.safe_load import read_checkpoint
 from sa_conv.utils.version import __version__
 
@@ -70,7 +71,7 @@ class RunSummary:
     train_tflops: float | None = None
     mfu: float | None = None
     peak_tflops: float | None = None
-    precision: str = "32-true"
+    precision: Precision = FLOAT32
     bf16_products: str | None = None  # bf16 products: the device's own ("native"), or "emulated"
     peak_memory_gb: float | None = None
     devices: int = 1
@@ -213,7 +214,7 @@ def summarize(
         mfu=achieved / (peak * trainer.world_size) if peak else None,
         peak_tflops=peak / 1e12 if peak else None,
         precision=config.precision,
-        bf16_products=bf16 if config.precision == "bf16-mixed" else None,
+        bf16_products=bf16 if config.precision == BF16 else None,
         peak_memory_gb=torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
         devices=trainer.world_size,
         data={
@@ -239,7 +240,7 @@ def reported_correct(
     best_checkpoint: str | None,
     module: ImageClassifier,
     datamodule: CIFAR10DataModule,
-    precision: str,
+    precision: Precision,
     device: torch.device,
 ) -> str:
     """Which test images the reported model (the best checkpoint, under either protocol; else the trained

@@ -14,9 +14,10 @@ from typing import Any
 
 import torch
 
+from sa_conv.utils.precisions import AUTO, BF16, FLOAT32, HALF, LOW_PRECISIONS, Precision
+
 __all__ = [
     "BF16_FLAGS",
-    "PRECISIONS",
     "check_devices",
     "cpu_flags",
     "cpu_has_native_bf16",
@@ -29,7 +30,6 @@ __all__ = [
     "source_commit",
 ]
 
-PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed")
 # x86: AVX-512 BF16 or AMX-BF16; aarch64: the Armv8.6 BF16 extension (the kernel's "bf16" feature)
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 
@@ -79,7 +79,7 @@ def cuda_has_native_bf16() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
 
 
-def resolve_precision(precision: str, accelerator: str) -> str:
+def resolve_precision(precision: Precision, accelerator: str) -> Precision:
     """``auto`` -> ``bf16-mixed`` where bf16 is native (a CUDA GPU with bf16, a CPU with AVX-512 BF16, AMX or
     Arm BF16), else ``32-true`` (TF32 products on older CUDA GPUs, unless ``--no-tf32``).
 
@@ -87,13 +87,13 @@ def resolve_precision(precision: str, accelerator: str) -> str:
     over two seeds (docs/performance.md); where it would be emulated it is slower than float32, so never the
     default there. ``accelerator``: the device the run asks for (``auto``: a GPU if there is one).
     """
-    if precision != "auto":
+    if precision != AUTO:
         return precision
     if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
         native = cuda_has_native_bf16()
     else:
         native = cpu_has_native_bf16()
-    return "bf16-mixed" if native else "32-true"
+    return BF16 if native else FLOAT32
 
 
 def check_devices(accelerator: str, devices: int | str) -> None:
@@ -119,7 +119,7 @@ DENSE_PEAKS: tuple[tuple[str, float, float], ...] = (
 )
 
 
-def peak_flops(device: torch.device, precision: str) -> float | None:
+def peak_flops(device: torch.device, precision: Precision) -> float | None:
     """The device's dense matrix-product peak in FLOP/s for ``precision`` (bf16 for ``bf16-mixed``, TF32
     for ``32-true`` when float32 products use it, else float32): our table of dense peaks, then Lightning's
     table of GPUs; None on a CPU or an unknown GPU."""
@@ -129,12 +129,12 @@ def peak_flops(device: torch.device, precision: str) -> float | None:
     tf32 = torch.get_float32_matmul_precision() != "highest"
     for part, bf16, tf32_peak in DENSE_PEAKS:
         if part in name:
-            if precision in ("bf16-mixed", "16-mixed"):
+            if precision in LOW_PRECISIONS:
                 return bf16
             return tf32_peak if tf32 else None  # plain float32 peaks are not in the table
     from lightning_fabric.utilities.throughput import get_available_flops  # Lightning's table of GPU peaks
 
-    dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision, torch.float32)
+    dtype = {BF16: torch.bfloat16, HALF: torch.float16}.get(precision, torch.float32)
     return get_available_flops(device, dtype)
 
 

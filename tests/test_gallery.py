@@ -14,7 +14,7 @@ from cli_helpers import call
 
 from experiments import gallery, run
 from experiments.cli import main_guard
-from sa_conv.models.weights import ship
+from experiments.study.weights import ship
 from sa_conv.utils.safe_load import read_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]

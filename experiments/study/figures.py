@@ -11,6 +11,7 @@ from typing import Any
 from experiments.study.runs import StudySettings
 from sa_conv.analysis.curves import learning_curves, locality_by_layer
 from sa_conv.analysis.maps import figures_of, lr_schedule_of
+from sa_conv.analysis.snapshots import LocalitySnapshot
 from sa_conv.training.checkpoints import module_from_checkpoint
 from sa_conv.training.config import RunConfig
 from sa_conv.training.summary import RunSummary
@@ -39,7 +40,7 @@ def draw_figures(
     prefix: str,
     settings: StudySettings,
     *,
-    history: list[dict[str, Any]] | None,
+    history: Sequence[LocalitySnapshot] | None,
     total_steps: int | None = None,
     title: str | None = None,
 ) -> None:

@@ -8,7 +8,8 @@ from typing import Any
 from experiments.study.entries import Entry, entry_config
 from experiments.study.figures import draw_figures
 from experiments.study.runs import StudySettings, newest_resume
-from sa_conv.analysis.maps import history_of, initial_of, layer_summary
+from experiments.study.tables import final_layers
+from sa_conv.analysis.maps import history_of
 from sa_conv.utils.safe_load import read_checkpoint
 
 __all__ = ["in_progress", "report_unfinished"]
@@ -37,8 +38,8 @@ def in_progress(
         "epochs": config.epochs,
         "epoch_split": split,
         "epoch_acc": epochs[-1].get("val_acc" if split == "validation" else "test_acc") if epochs else None,
-        "snapshot_step": snapshots[-1]["step"] if snapshots else None,
-        "layers": layer_summary(snapshots[-1], initial_of(snapshots)) if snapshots else [],
+        "snapshot_step": snapshots[-1].step if snapshots else None,
+        "layers": final_layers(snapshots),
         "locality_history": snapshots,
     }
     return state, ckpt

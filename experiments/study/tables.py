@@ -21,6 +21,7 @@ from experiments.study.reruns import rerun_lines, with_replaced
 from sa_conv.analysis.dynamics import sharpening
 from sa_conv.analysis.flops import analytic_flops
 from sa_conv.analysis.maps import history_of, initial_of, layer_summary
+from sa_conv.analysis.snapshots import LocalitySnapshot
 from sa_conv.analysis.statistics import accuracy_stderr, mcnemar, paired_bootstrap, per_image
 from sa_conv.models import SAConfig
 from sa_conv.models.weights import entry_file, manifest, read_weights
@@ -54,9 +55,15 @@ def flops_of(config: RunConfig) -> dict[str, int]:
     }
 
 
-def locality_curve(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def locality_curve(history: Sequence[LocalitySnapshot]) -> list[dict[str, Any]]:
     """The run's locality record, per recorded step and layer (``layer_summary`` of each snapshot)."""
-    return [{"step": s["step"], "layers": layer_summary(s, initial_of(history))} for s in history]
+    start = initial_of(history)
+    return [{"step": s.step, "layers": [r.to_json() for r in layer_summary(s, start)]} for s in history]
+
+
+def final_layers(history: Sequence[LocalitySnapshot]) -> list[dict[str, Any]]:
+    """The locality of each layer at the end of a record (none without one)."""
+    return [r.to_json() for r in layer_summary(history[-1], initial_of(history))] if history else []
 
 
 def row_of(entry: Entry, seed: int, summary: RunSummary) -> dict[str, Any]:
@@ -87,7 +94,7 @@ def row_of(entry: Entry, seed: int, summary: RunSummary) -> dict[str, Any]:
         or (summary.n_train_images or 0) * summary.epochs_completed / max(images_per_s, 1e-9),
         "train_images_per_s": images_per_s,
         # recomputed from the run's own record, so that a summary added later applies to finished runs
-        "layers": layer_summary(history[-1], initial_of(history)) if history else [],
+        "layers": final_layers(history),
         "locality_history": locality_curve(history),
         "sharpening": [asdict(event) for event in sharpening(history)],
         "epochs_history": summary.history,
@@ -203,9 +210,12 @@ def shipped_locality(name: str, entry: dict[str, Any], weights: Path) -> dict[st
         return {}
     if not history:
         return {}
-    layers = layer_summary(history[-1], initial_of(history))
     events = [asdict(event) for event in sharpening(history)]
-    return {"layers": layers, "locality_history": locality_curve(history), "sharpening": events}
+    return {
+        "layers": final_layers(history),
+        "locality_history": locality_curve(history),
+        "sharpening": events,
+    }
 
 
 def run_label(entry: Entry, seed: int) -> str:

@@ -3,22 +3,27 @@ the next machine as its newest resumable checkpoint, and picked up there."""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from sa_conv.models.weights import carried_checkpoint, manifest, ship
+from sa_conv.analysis.snapshots import LocalitySnapshot, history_json
+from sa_conv.models.weights import backbone_of, manifest, save_weights, sha256_of, weights_dir
 from sa_conv.training.checkpoints import with_best
 from sa_conv.training.config import RunConfig, config_difference
 from sa_conv.training.resume import Resume, find_resume
 from sa_conv.training.summary import RunSummary
-from sa_conv.utils.files import atomic_write
+from sa_conv.utils.files import atomic_write, locked, write_text
 from sa_conv.utils.machine import source_commit
-from sa_conv.utils.safe_load import read_checkpoint
+from sa_conv.utils.precisions import FLOAT32
+from sa_conv.utils.safe_load import read_checkpoint, run_config_of
 
-__all__ = ["carried_resume", "carry", "ship_run"]
+__all__ = ["carried_checkpoint", "carried_resume", "carry", "ship", "ship_run"]
 
 
 def carried_resume(scale: str, run: str, root: Path, config: RunConfig, weights: Path) -> Resume | None:
@@ -70,3 +75,58 @@ def carry(scale: str, run: str, resume: Resume | None, weights: Path) -> Path | 
     atomic_write(target, lambda tmp: torch.save(ckpt, tmp), what="carried checkpoint")
     print(f"== {run}: step {ckpt['global_step']} carried to {target}", file=sys.stderr)
     return target
+
+
+def ship(
+    name: str,
+    ckpt: dict[str, Any],
+    *,
+    row: dict[str, Any],
+    history: Sequence[LocalitySnapshot] | None,
+    commit: str | None,
+    root: Path | None = None,
+) -> dict[str, Any]:
+    """Write the weights of ``ckpt`` (a run's reported checkpoint) as shipped model ``name`` under
+    ``root`` (default ``weights_dir()``) and list it in the manifest (under a lock: studies of several
+    scales may ship at once); returns its entry."""
+    root = root or weights_dir()
+    manifest(root)  # a malformed manifest is refused before any file is written
+    run_config = run_config_of(ckpt)
+    backbone = backbone_of(ckpt)
+    file = f"{name}.safetensors"
+    staged = root / f"{file}.staged"  # moved in place with the manifest's entry, under its lock
+    save_weights(
+        staged,
+        backbone,
+        hyper_parameters=dict(ckpt["hyper_parameters"]),
+        run_config=run_config,
+        history=history_json(history or []),
+        step=ckpt.get("global_step"),
+    )
+    entry = {
+        "model": row["model"],
+        "scale": name.split("/")[0],
+        "seed": row["seed"],
+        "precision": row.get("precision", FLOAT32),
+        "epochs": row["epochs"],
+        "epoch_of_weights": (ckpt.get("epoch") or 0) + 1,
+        "test_acc": row["test_acc"],
+        "n_test_images": row["n_test_images"],
+        "params": sum(p.numel() for p in backbone.parameters()),
+        "file": file,
+        "bytes": staged.stat().st_size,
+        "sha256": sha256_of(staged),
+        "commit": commit,
+        "config": run_config,
+    }
+    with locked(root / ".manifest.lock"):
+        models = manifest(root)
+        models[name] = entry
+        os.replace(staged, root / file)
+        write_text(root / "manifest.json", json.dumps(dict(sorted(models.items())), indent=1) + "\n")
+    return entry
+
+
+def carried_checkpoint(scale: str, run: str, root: Path | None = None) -> Path:
+    """Where run ``<name>-seed<k>`` of ``scale`` keeps its newest resumable checkpoint between machines."""
+    return (root or weights_dir()) / "unfinished" / scale / f"{run}.ckpt"

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from sa_conv.analysis.locality import SHARP_MASS
+from sa_conv.analysis.snapshots import LocalitySnapshot
 from sa_conv.nn.encodings import PositionalEncoding
 
 __all__ = ["CentreGradients", "HeadSharpening", "sharpening"]
@@ -77,17 +78,17 @@ class HeadSharpening:
     moved_after: float
 
 
-def sharpening(history: Sequence[dict[str, Any]]) -> list[HeadSharpening]:
+def sharpening(history: Sequence[LocalitySnapshot]) -> list[HeadSharpening]:
     """Every head sharp (>= ``SHARP_MASS`` on one pixel) at the last snapshot of a locality history that
     records centres from step 0: when it became sharp for good and its centre's motion before and after."""
-    if not history or history[0]["step"] != 0:
+    if not history or history[0].step != 0:
         return []
     out = []
-    for li, start in enumerate(history[0]["layers"]):
-        if "centres" not in start:
+    for li, start in enumerate(history[0].layers):
+        if start.centres is None or any(s.layers[li].centres is None for s in history):
             continue
-        mass = torch.tensor([s["layers"][li]["peak_mass"] for s in history])  # (T, heads)
-        centres = torch.tensor([s["layers"][li]["centres"] for s in history])  # (T, heads, 2)
+        mass = torch.tensor([s.layers[li].peak_mass for s in history])  # (T, heads)
+        centres = torch.tensor([s.layers[li].centres for s in history])  # (T, heads, 2)
         sharp = mass >= SHARP_MASS
         for h in range(mass.shape[1]):
             if not sharp[-1, h]:
@@ -96,5 +97,5 @@ def sharpening(history: Sequence[dict[str, Any]]) -> list[HeadSharpening]:
             t = int(unsharp[-1]) + 1 if len(unsharp) else 0  # the first snapshot of its last sharp stretch
             before = float((centres[t, h] - centres[0, h]).norm())
             after = float((centres[-1, h] - centres[t, h]).norm())
-            out.append(HeadSharpening(li + 1, h + 1, int(history[t]["step"]), before, after))
+            out.append(HeadSharpening(li + 1, h + 1, history[t].step, before, after))
     return out

@@ -5,7 +5,7 @@ The training callbacks, the study and the figure command all call these."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -25,7 +25,7 @@ from sa_conv.analysis.locality import (
     peak_shift,
     shift_profile,
 )
-from sa_conv.analysis.snapshots import check_history
+from sa_conv.analysis.snapshots import LayerLocality, LayerSummary, LocalitySnapshot, read_history
 from sa_conv.models import Backbone
 from sa_conv.utils.schedule import OptimConfig, lr_factor
 
@@ -60,38 +60,39 @@ def attention_maps_of(backbone: Backbone, images: Tensor) -> list[Tensor]:
     return maps
 
 
-def locality_snapshot(backbone: Backbone, images: Tensor, step: int) -> dict[str, Any]:
+def locality_snapshot(backbone: Backbone, images: Tensor, step: int) -> LocalitySnapshot:
     """The locality of every layer now: per head mean distance, peak mass and peak shift (interior
     queries); how the heads' half-mass regions overlap (mean pairwise Jaccard) and how many pixels they
-    cover; for Gaussian heads their centres and inverse covariances. Plain lists (checkpoint- and
-    JSON-ready)."""
+    cover; for Gaussian heads their centres and inverse covariances."""
     maps = attention_maps_of(backbone, images)  # per layer (B|1, heads, N, N)
     side = _side(backbone)
     queries = locality_queries(side)
     layers = []
-    encodings = backbone.encodings()
-    for probs, encoding in zip(maps, encodings, strict=True):
+    for probs, encoding in zip(maps, backbone.encodings(), strict=True):
         m = locality(probs, side, side, queries=queries)
         shift, _ = peak_shift(probs, side, side, queries=queries)
         overlap, coverage = overlap_and_coverage(
             head_regions(shift_profile(probs, side, side, queries=queries))
         )
-        layer: dict[str, Any] = {
-            "mean_distance": m.mean_distance.tolist(),
-            "peak_mass": m.peak_mass.tolist(),
-            "peak_shift": shift.tolist(),  # each head's most frequent most-attended shift (dy, dx)
-            "overlap": overlap,  # mean over head pairs of the Jaccard index of their half-mass regions
-            "coverage": coverage,  # pixels in the union of the heads' half-mass regions
-        }
         gaussians = encoding.head_gaussians() if encoding is not None else None
-        if gaussians is not None:
-            layer["centres"] = gaussians[0].float().cpu().tolist()
-            layer["inverse_covariance"] = gaussians[1].float().cpu().tolist()
-        layers.append(layer)
-    return {"step": step, "layers": layers}
+        centres, covariance = (g.float().cpu().tolist() for g in gaussians) if gaussians else (None, None)
+        layers.append(
+            LayerLocality(
+                mean_distance=tuple(m.mean_distance.tolist()),
+                peak_mass=tuple(m.peak_mass.tolist()),
+                peak_shift=tuple((int(dy), int(dx)) for dy, dx in shift.tolist()),  # most frequent peak
+                overlap=overlap,  # mean over head pairs of the Jaccard index of their half-mass regions
+                coverage=coverage,  # pixels in the union of the heads' half-mass regions
+                centres=None if centres is None else tuple((a, b) for a, b in centres),
+                inverse_covariance=None
+                if covariance is None
+                else tuple(((a, b), (c, d)) for (a, b), (c, d) in covariance),
+            )
+        )
+    return LocalitySnapshot(step=step, layers=tuple(layers))
 
 
-def layer_summary(snapshot: dict[str, Any], initial: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def layer_summary(snapshot: LocalitySnapshot, initial: LocalitySnapshot | None = None) -> list[LayerSummary]:
     """Per layer: mean attention distance, number of sharp heads (>= 0.5 of their mass on one pixel),
     the number of distinct taps among them and the taps themselves, sorted (dy, dx) with one per sharp
     head (their peak shifts; rounded centres in records that predate them), the heads' mean mass on one
@@ -101,71 +102,68 @@ def layer_summary(snapshot: dict[str, Any], initial: dict[str, Any] | None = Non
     0), how far each head's centre moved from it (pixels) and how much farther from the query it now is
     (``outward``, negative: nearer), with their medians."""
     out = []
-    starts = initial["layers"] if initial is not None else [None] * len(snapshot["layers"])
-    for layer, start in zip(snapshot["layers"], starts, strict=True):
-        sharp = torch.tensor(layer["peak_mass"]) >= SHARP_MASS
-        row = {
-            "mean_distance": sum(layer["mean_distance"]) / len(layer["mean_distance"]),
+    starts = initial.layers if initial is not None else (None,) * len(snapshot.layers)
+    for layer, start in zip(snapshot.layers, starts, strict=True):
+        sharp = torch.tensor(layer.peak_mass) >= SHARP_MASS
+        row: dict[str, Any] = {
+            "mean_distance": sum(layer.mean_distance) / layer.heads,
             "sharp_heads": int(sharp.sum()),
-            "heads": len(layer["peak_mass"]),
-            "conv_likeness": sum(layer["peak_mass"]) / len(layer["peak_mass"]),
+            "heads": layer.heads,
+            "conv_likeness": sum(layer.peak_mass) / layer.heads,
         }
-        shifts = layer.get("peak_shift")
-        if shifts is None and "centres" in layer:
-            shifts = torch.tensor(layer["centres"]).round().tolist()
+        shifts = layer.peak_shift
+        if shifts is None and layer.centres is not None:
+            shifts = tuple((round(dy), round(dx)) for dy, dx in layer.centres)
         if shifts is not None:
             taps = torch.tensor(shifts, dtype=torch.float64).reshape(-1, 2)[sharp]  # (sharp heads, 2)
             row["sharp_distinct_taps"] = len(torch.unique(taps, dim=0)) if len(taps) else 0
             row["sharp_taps"] = sorted([int(dy), int(dx)] for dy, dx in taps.round().tolist())
-        if "overlap" in layer:
-            row["overlap"], row["coverage"] = layer["overlap"], layer["coverage"]
-        if "inverse_covariance" in layer:
-            alpha = gaussian_alpha(torch.tensor(layer["inverse_covariance"]))  # (heads,)
+        row["overlap"], row["coverage"] = layer.overlap, layer.coverage
+        if layer.inverse_covariance is not None:
+            alpha = gaussian_alpha(torch.tensor(layer.inverse_covariance))  # (heads,)
             row["median_alpha"] = float(alpha.median())
             row["alpha"] = [round(float(a), 4) for a in alpha]
-        if "centre_grad_norm" in layer:  # the mean gradient norm on each centre since the last snapshot
-            row["centre_grad_norm"] = [float(g) for g in layer["centre_grad_norm"]]
         if (
-            start is not None
-            and "centres" in layer
-            and len(start.get("centres", [])) == len(layer["centres"])
-        ):
-            end, begin = torch.tensor(layer["centres"]), torch.tensor(start["centres"])  # (heads, 2) each
+            layer.centre_grad_norm is not None
+        ):  # the mean gradient norm on each centre since the last snapshot
+            row["centre_grad_norm"] = list(layer.centre_grad_norm)
+        begin_at = start.centres if start is not None else None
+        if layer.centres is not None and begin_at is not None and len(begin_at) == len(layer.centres):
+            end, begin = torch.tensor(layer.centres), torch.tensor(begin_at)  # (heads, 2) each
             moved = (end - begin).norm(dim=-1)  # (heads,)
             outward = end.norm(dim=-1) - begin.norm(dim=-1)  # (heads,): > 0 farther from the query
             row["displacement"] = [round(float(d), 4) for d in moved]
             row["median_displacement"] = float(moved.median())
             row["outward"] = [round(float(d), 4) for d in outward]
             row["median_outward"] = float(outward.median())
-        out.append(row)
+        out.append(LayerSummary(**row))
     return out
 
 
-def initial_of(history: list[dict[str, Any]]) -> dict[str, Any] | None:
+def initial_of(history: Sequence[LocalitySnapshot]) -> LocalitySnapshot | None:
     """The snapshot at step 0 of a locality history (what head motion is measured from), if recorded."""
-    return history[0] if history and history[0]["step"] == 0 else None
+    return history[0] if history and history[0].step == 0 else None
 
 
-def _history_tensors(history: list[dict[str, Any]]) -> dict[str, Any]:
+def _history_tensors(history: Sequence[LocalitySnapshot]) -> dict[str, Any]:
     """Snapshots -> ``(T, layers)`` series and ``(T, layers, heads, ...)`` centre arrays, when consistent."""
-    heads = [[len(layer["peak_mass"]) for layer in s["layers"]] for s in history]
-    out: dict[str, Any] = {"steps": [s["step"] for s in history]}
+    heads = [[layer.heads for layer in s.layers] for s in history]
+    out: dict[str, Any] = {"steps": [s.step for s in history]}
     summaries = [layer_summary(s, initial_of(history)) for s in history]
-    out["mean_distance"] = torch.tensor([[r["mean_distance"] for r in s] for s in summaries])
-    out["sharp_fraction"] = torch.tensor([[r["sharp_heads"] / r["heads"] for r in s] for s in summaries])
-    out["conv_likeness"] = torch.tensor([[r["conv_likeness"] for r in s] for s in summaries])
-    gaussian = all("median_alpha" in r for s in summaries for r in s)
-    out["median_alpha"] = (
-        torch.tensor([[r["median_alpha"] for r in s] for s in summaries]) if gaussian else None
-    )
+    out["mean_distance"] = torch.tensor([[r.mean_distance for r in s] for s in summaries])
+    out["sharp_fraction"] = torch.tensor([[r.sharp_heads / r.heads for r in s] for s in summaries])
+    out["conv_likeness"] = torch.tensor([[r.conv_likeness for r in s] for s in summaries])
+    gaussian = all(r.median_alpha is not None for s in summaries for r in s)
+    out["median_alpha"] = torch.tensor([[r.median_alpha for r in s] for s in summaries]) if gaussian else None
     for key in ("sharp_heads", "sharp_distinct_taps", "median_displacement", "overlap", "coverage"):
-        if all(key in r for s in summaries for r in s):  # records that hold it (older ones may not)
-            out[key] = torch.tensor([[float(r[key]) for r in s] for s in summaries])
+        values = [[getattr(r, key) for r in s] for s in summaries]
+        if all(v is not None for s in values for v in s):  # records that hold it (older ones may not)
+            out[key] = torch.tensor([[float(v) for v in s] for s in values])
     same_heads = all(h == heads[0] and len(set(h)) == 1 for h in heads)
     if gaussian and same_heads:
-        out["centres"] = torch.tensor([[layer["centres"] for layer in s["layers"]] for s in history])
+        out["centres"] = torch.tensor([[layer.centres for layer in s.layers] for s in history])
         out["inverse_covariance"] = torch.tensor(
-            [[layer["inverse_covariance"] for layer in s["layers"]] for s in history]
+            [[layer.inverse_covariance for layer in s.layers] for s in history]
         )
     return out
 
@@ -175,7 +173,7 @@ def figures_of(
     images: Tensor,
     *,
     query: tuple[int, int] | None = None,
-    history: list[dict[str, Any]] | None = None,
+    history: Sequence[LocalitySnapshot] | None = None,
     lr: Callable[[int], float] | None = None,
     name: str = "",
 ) -> list[tuple[str, Figure | float]]:
@@ -194,7 +192,7 @@ def figures_of_maps(
     side: int,
     *,
     query: tuple[int, int] | None = None,
-    history: list[dict[str, Any]] | None = None,
+    history: Sequence[LocalitySnapshot] | None = None,
     lr: Callable[[int], float] | None = None,
     name: str = "",
 ) -> list[tuple[str, Figure | float]]:
@@ -230,7 +228,7 @@ def figures_of_maps(
 
 
 def _history_figures(
-    history: list[dict[str, Any]], lr: Callable[[int], float] | None, name: str
+    history: Sequence[LocalitySnapshot], lr: Callable[[int], float] | None, name: str
 ) -> list[tuple[str, Figure]]:
     """The figures of a run's locality record: its centres now and over training, its locality curves."""
     prefix = f"{name}: " if name else ""
@@ -284,10 +282,11 @@ def lr_schedule_of(ckpt: dict[str, Any], total_steps: int | None = None) -> Call
     return lambda step: config.lr * lr_factor(step, total, config)
 
 
-def history_of(ckpt: dict[str, Any]) -> list[dict[str, Any]] | None:
+def history_of(ckpt: dict[str, Any]) -> list[LocalitySnapshot] | None:
     """The locality history a run's ``AttentionFigures`` callback kept in a checkpoint (or a weights file's
-    record), its layout checked (``CheckpointError`` where a file brought a malformed one)."""
-    states = ckpt.get("callbacks", {})
+    record), read by its one reader (``read_history``: ``CheckpointError`` where a file brought a malformed
+    one)."""
+    states = ckpt.get("callbacks") or {}
     history = next((v.get("history") for k, v in states.items() if k.startswith("AttentionFigures")), None)
     source = ckpt.get("weights_file", "the checkpoint")
-    return None if history is None else check_history(history, str(source))
+    return None if history is None else read_history(history, str(source))

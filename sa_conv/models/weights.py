@@ -8,9 +8,7 @@ accuracy, parameters, the commit that trained it, the file's sha256). A shipped 
 record every command reads (``hyper_parameters``, ``state_dict``, ``run_config``, the locality history;
 ``sa_conv.training.checkpoints.load_trained`` takes a name, a weights file or a checkpoint alike).
 
-A run that outlives a working session keeps its newest resumable checkpoint in
-``weights/unfinished/<scale>/<name>-seed<k>.ckpt`` (replaced in place, removed when the run finishes),
-from where the study resumes it on any machine (``carried_checkpoint``).
+The study ships its runs here and carries the unfinished ones (``experiments.study.weights``).
 """
 
 from __future__ import annotations
@@ -27,18 +25,16 @@ from torch import Tensor, nn
 
 from sa_conv.models import MODELS as REGISTRY
 from sa_conv.models import Backbone, model_config
-from sa_conv.utils.files import atomic_write, locked, write_text
+from sa_conv.utils.files import atomic_write
 from sa_conv.utils.json_values import is_json, json_kind
-from sa_conv.utils.precisions import FLOAT32
 from sa_conv.utils.quote import quoted
-from sa_conv.utils.safe_load import CheckpointError, run_config_of
+from sa_conv.utils.safe_load import CheckpointError
 from sa_conv.utils.version import __version__
 
 __all__ = [
     "ENTRY_FIELDS",
     "FORMAT",
     "backbone_of",
-    "carried_checkpoint",
     "check_fit",
     "entry_file",
     "load_pretrained",
@@ -46,7 +42,6 @@ __all__ = [
     "read_weights",
     "save_weights",
     "sha256_of",
-    "ship",
     "shipped_file",
     "weights_dir",
 ]
@@ -282,58 +277,3 @@ def load_pretrained(name: str | os.PathLike[str]) -> Backbone:
             raise CheckpointError(f"weights file {path} does not exist")
         return backbone_of(read_weights(path)).eval()
     return backbone_of(read_weights(shipped_file(spec))).eval()
-
-
-def ship(
-    name: str,
-    ckpt: dict[str, Any],
-    *,
-    row: dict[str, Any],
-    history: list[dict[str, Any]] | None,
-    commit: str | None,
-    root: Path | None = None,
-) -> dict[str, Any]:
-    """Write the weights of ``ckpt`` (a run's reported checkpoint) as shipped model ``name`` under
-    ``root`` (default ``weights_dir()``) and list it in the manifest (under a lock: studies of several
-    scales may ship at once); returns its entry."""
-    root = root or weights_dir()
-    manifest(root)  # a malformed manifest is refused before any file is written
-    run_config = run_config_of(ckpt)
-    backbone = backbone_of(ckpt)
-    file = f"{name}.safetensors"
-    staged = root / f"{file}.staged"  # moved in place with the manifest's entry, under its lock
-    save_weights(
-        staged,
-        backbone,
-        hyper_parameters=dict(ckpt["hyper_parameters"]),
-        run_config=run_config,
-        history=history,
-        step=ckpt.get("global_step"),
-    )
-    entry = {
-        "model": row["model"],
-        "scale": name.split("/")[0],
-        "seed": row["seed"],
-        "precision": row.get("precision", FLOAT32),
-        "epochs": row["epochs"],
-        "epoch_of_weights": (ckpt.get("epoch") or 0) + 1,
-        "test_acc": row["test_acc"],
-        "n_test_images": row["n_test_images"],
-        "params": sum(p.numel() for p in backbone.parameters()),
-        "file": file,
-        "bytes": staged.stat().st_size,
-        "sha256": sha256_of(staged),
-        "commit": commit,
-        "config": run_config,
-    }
-    with locked(root / ".manifest.lock"):
-        models = manifest(root)
-        models[name] = entry
-        os.replace(staged, root / file)
-        write_text(root / "manifest.json", json.dumps(dict(sorted(models.items())), indent=1) + "\n")
-    return entry
-
-
-def carried_checkpoint(scale: str, run: str, root: Path | None = None) -> Path:
-    """Where run ``<name>-seed<k>`` of ``scale`` keeps its newest resumable checkpoint between machines."""
-    return (root or weights_dir()) / "unfinished" / scale / f"{run}.ckpt"

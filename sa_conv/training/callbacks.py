@@ -6,6 +6,7 @@ needs of the run (counts, the schedule, the images), never asking the module or 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytorch_lightning as pl
@@ -17,6 +18,7 @@ from torch import Tensor
 
 from sa_conv.analysis.dynamics import CentreGradients
 from sa_conv.analysis.maps import figures_of, locality_snapshot
+from sa_conv.analysis.snapshots import LocalitySnapshot, history_json, read_history
 from sa_conv.models import Backbone
 from sa_conv.utils.pace import Pace, duration, eta
 
@@ -214,7 +216,7 @@ class AttentionFigures(pl.Callback):
         self.backbone, self.image_source, self.lr_schedule = backbone, image_source, lr_schedule
         self.every_n_epochs, self.history_every_n_steps = every_n_epochs, history_every_n_steps
         self.query, self.images = query, images
-        self.history: list[dict[str, Any]] = []
+        self.history: list[LocalitySnapshot] = []
         self.gradients = CentreGradients()  # the centres' gradient norms between two snapshots
 
     def _writer(self, trainer: pl.Trainer) -> Any | None:
@@ -233,14 +235,17 @@ class AttentionFigures(pl.Callback):
     @rank_zero_only
     def _record(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         step = trainer.global_step
-        if self.history and self.history[-1]["step"] == step:
+        if self.history and self.history[-1].step == step:
             return
         with torch.no_grad():
             snapshot = locality_snapshot(self.backbone, self._images(pl_module), step)
-        for layer, norms in zip(snapshot["layers"], self.gradients.take(), strict=False):
-            if norms is not None:  # heads with centres, after at least one step
-                layer["centre_grad_norm"] = norms
-        self.history.append(snapshot)
+        norms = self.gradients.take()  # per layer, None without centres or before any step
+        padded = [*norms, *[None] * len(snapshot.layers)]
+        layers = tuple(
+            layer if norm is None else replace(layer, centre_grad_norm=tuple(norm))
+            for layer, norm in zip(snapshot.layers, padded, strict=False)
+        )
+        self.history.append(replace(snapshot, layers=layers))
 
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.gradients.add(self.backbone.encodings())
@@ -283,9 +288,9 @@ class AttentionFigures(pl.Callback):
         writer.flush()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"history": self.history, "gradients": self.gradients.state_dict()}
+        return {"history": history_json(self.history), "gradients": self.gradients.state_dict()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.history = list(state_dict["history"])
+        self.history = read_history(state_dict["history"], "the checkpoint")
         if "gradients" in state_dict:  # checkpoints written before the centres' gradients were recorded
             self.gradients.load_state_dict(state_dict["gradients"])

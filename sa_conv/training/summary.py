@@ -6,7 +6,6 @@ results for paired tests, ``sa_conv.training.evaluation``), and its attention ex
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import torch
 
 from sa_conv.analysis.explorer import explorer_data, write_explorer
 from sa_conv.analysis.maps import initial_of, layer_summary
+from sa_conv.analysis.snapshots import LayerSummary, LocalitySnapshot, history_json, read_history
 from sa_conv.data.datamodule import CIFAR10DataModule
 from sa_conv.training.callbacks import AttentionFigures, TrainingProgress
 from sa_conv.training.checkpoints import module_from_checkpoint
@@ -26,7 +26,8 @@ from sa_conv.training.precision import bf16_emulated
 from sa_conv.utils.files import write_json
 from sa_conv.utils.machine import hardware, peak_flops
 from sa_conv.utils.precisions import BF16, FLOAT32, Precision
-from sa_conv.utils.safe_load import read_checkpoint
+from sa_conv.utils.safe_load import CheckpointError, read_checkpoint
+from sa_conv.utils.untrusted import load_json
 from sa_conv.utils.version import __version__
 
 __all__ = [
@@ -86,8 +87,8 @@ class RunSummary:
     history: list[dict[str, float]] = field(default_factory=list)  # one record per epoch
     best_checkpoint: str | None = None
     commit: str | None = None
-    layers: list[dict[str, Any]] | None = None  # locality per layer at the end
-    locality_history: list[dict[str, Any]] | None = None  # locality snapshots over training
+    layers: list[LayerSummary] | None = None  # locality per layer at the end
+    locality_history: list[LocalitySnapshot] | None = None  # locality snapshots over training
     extra: dict[str, Any] = field(default_factory=dict)  # keys of a file this version does not know
     absent: frozenset[str] = field(default=frozenset(), compare=False, repr=False)  # keys a file lacked
 
@@ -99,18 +100,30 @@ class RunSummary:
             unset = f.name in self.absent and value == _default(f)  # an older file's: still not there
             if not unset and not (value is None and f.name in _WHERE_THEY_APPLY):
                 out[f.name] = value
+        if self.layers is not None:
+            out["layers"] = [layer.to_json() for layer in self.layers]
+        if self.locality_history is not None:
+            out["locality_history"] = history_json(self.locality_history)
         return {**out, **self.extra}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunSummary:
+    def from_dict(cls, data: dict[str, Any], source: str = "the run summary") -> RunSummary:
         """The summary of a ``metrics.json``'s data; keys it does not know are kept in ``extra``;
-        ``ValueError`` names the keys every summary has that it lacks."""
+        ``ValueError`` names the keys every summary has that it lacks, or its malformed locality record."""
         needed = sorted(f.name for f in _keys() if f.name not in data and _default(f) is dataclasses.MISSING)
         if needed:
             raise ValueError(f"a run summary needs {', '.join(needed)}")
         names = {f.name for f in _keys()}
+        known = {k: v for k, v in data.items() if k in names}
+        try:
+            if known.get("layers") is not None:
+                known["layers"] = [LayerSummary.from_json(layer) for layer in known["layers"]]
+            if known.get("locality_history") is not None:
+                known["locality_history"] = read_history(known["locality_history"], source)
+        except (TypeError, ValueError, CheckpointError) as err:
+            raise ValueError(str(err)) from None
         return cls(
-            **{k: v for k, v in data.items() if k in names},
+            **known,
             extra={k: v for k, v in data.items() if k not in names},
             absent=frozenset(names - set(data)),
         )
@@ -118,7 +131,7 @@ class RunSummary:
     @classmethod
     def read(cls, path: Path) -> RunSummary:
         """A run's ``metrics.json``."""
-        return cls.from_dict(json.loads(path.read_text()))
+        return cls.from_dict(load_json(path.read_text(), str(path)), str(path))
 
     def write(self, path: Path) -> None:
         """Write ``metrics.json`` (atomically)."""
@@ -156,7 +169,7 @@ class Measured:
     images_per_s: float  # of the whole run, every device together
     step_seconds: float  # the whole run's timed training steps
     history: list[dict[str, float]]
-    snapshots: list[dict[str, Any]]
+    snapshots: list[LocalitySnapshot]
 
     @classmethod
     def of(

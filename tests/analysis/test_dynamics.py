@@ -19,7 +19,7 @@ from experiments import run
 from experiments.cli import main_guard
 from sa_conv.analysis.dynamics import CentreGradients, HeadSharpening, sharpening
 from sa_conv.analysis.maps import layer_summary
-from sa_conv.analysis.snapshots import check_history
+from sa_conv.analysis.snapshots import LocalitySnapshot, read_history
 from sa_conv.utils.safe_load import CheckpointError, read_checkpoint
 
 RECORDED = ["quadratic", *BATCHES_OF_41, "--synthetic", "--snapshot-minutes", "0", "--no-explore"]
@@ -63,8 +63,9 @@ def test_a_run_records_each_centres_gradient_and_a_resume_continues_it(tmp_path,
     assert "centre_grad_norm" not in straight[0]["layers"][0]  # step 0: no step yet
     norms = [s["layers"][0]["centre_grad_norm"] for s in straight[1:]]
     assert len(norms) >= 7 and all(len(n) == 4 and min(n) > 0 for n in norms)
-    summary = layer_summary(straight[-1], straight[0])[0]
-    assert summary["centre_grad_norm"] == norms[-1] and len(summary["alpha"]) == 4
+    history = read_history(straight, "the checkpoint")
+    summary = layer_summary(history[-1], history[0])[0]
+    assert summary.centre_grad_norm == norms[-1] and summary.alpha is not None and len(summary.alpha) == 4
     crashed = [*RECORDED, "--output-dir", str(tmp_path / "resumed"), "--snapshot-minutes", "1e-9"]
     with monkeypatch.context() as patch:  # a checkpoint every step: the newest mid-way between two snapshots
         with_callback(patch, StepCounter(14, "crash"))
@@ -109,13 +110,13 @@ def test_frozen_spreads_keep_their_initial_value_then_train(tmp_path, monkeypatc
         assert not torch.equal(third[layer], start[layer])  # trained from the third epoch on
 
 
-def history_of_masses(masses: list[list[float]], centres: list[list[list[float]]]) -> list[dict]:
+def history_of_masses(masses: list[list[float]], centres: list[list[list[float]]]) -> list[LocalitySnapshot]:
     """A one-layer locality history: per snapshot each head's peak mass and centre (steps 0, 10, ...)."""
     snapshots = []
     for t, (mass, centre) in enumerate(zip(masses, centres, strict=True)):
         layer = {"mean_distance": [1.0] * len(mass), "peak_mass": mass, "centres": centre}
         snapshots.append({"step": 10 * t, "layers": [layer]})
-    return snapshots
+    return read_history(snapshots, "a history")
 
 
 def test_sharpening_takes_each_heads_last_sharp_stretch() -> None:
@@ -132,12 +133,13 @@ def test_sharpening_takes_each_heads_last_sharp_stretch() -> None:
 
 
 def test_a_malformed_gradient_record_is_refused() -> None:
-    history = history_of_masses([[0.5, 0.5]], [[[0.0, 0.0], [1.0, 1.0]]])
-    history[0]["layers"][0]["centre_grad_norm"] = [0.1, 0.2]
-    assert check_history(history, "f") == history
-    history[0]["layers"][0]["centre_grad_norm"] = [0.1]
-    with pytest.raises(CheckpointError, match="'centre_grad_norm' is not 2 numbers"):
-        check_history(history, "f")
+    layer = {"mean_distance": [1.0, 1.0], "peak_mass": [0.5, 0.5], "centres": [[0.0, 0.0], [1.0, 1.0]]}
+    history = [{"step": 0, "layers": [{**layer, "centre_grad_norm": [0.1, 0.2]}]}]
+    assert read_history(history, "f")[0].layers[0].centre_grad_norm == (0.1, 0.2)
+    for bad in ([0.1], [0.1, "x"], [0.1, float("nan")]):
+        history = [{"step": 0, "layers": [{**layer, "centre_grad_norm": bad}]}]
+        with pytest.raises(CheckpointError, match="'centre_grad_norm'"):
+            read_history(history, "f")
 
 
 def test_the_benchmark_times_the_recording_against_plain_steps(tmp_path, capsys) -> None:

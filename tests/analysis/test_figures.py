@@ -33,6 +33,7 @@ from sa_conv.analysis.figures import (
 )
 from sa_conv.analysis.locality import gaussian_alpha, head_table, interior_queries, locality, peak_shift
 from sa_conv.analysis.maps import figures_of, layer_summary
+from sa_conv.analysis.snapshots import read_history
 from sa_conv.nn.encodings import QuadraticEncoding
 from sa_conv.training.checkpoints import module_from_checkpoint
 from sa_conv.utils.safe_load import read_checkpoint
@@ -207,7 +208,7 @@ def test_centre_and_locality_figures_follow_the_runs_history(logged_run):
     images = torch.zeros(1, 3, 32, 32)
 
     def drawn(hist):
-        out = dict(figures_of(backbone, images, history=hist))
+        out = dict(figures_of(backbone, images, history=read_history(hist, "metrics.json")))
         centres = out["attention/centres"].axes[-2].lines[0]  # last row (trajectories), layer 1, head 1
         distance = out["attention/locality_over_training"].axes[1].lines[0].get_ydata()
         return centres.get_xdata().tolist(), list(distance)
@@ -356,11 +357,11 @@ def test_layer_summary_counts_sharp_heads_and_their_distinct_taps():
             }
         ],
     }
-    (row,) = layer_summary(snapshot)
-    assert row["sharp_heads"] == 3 and row["sharp_distinct_taps"] == 2 and row["heads"] == 4
-    assert row["sharp_taps"] == [[-1, 0], [1, 0], [1, 0]]  # one per sharp head, sorted
-    assert row["mean_distance"] == pytest.approx(2.0) and row["conv_likeness"] == pytest.approx(0.5625)
-    assert row["median_alpha"] == pytest.approx(2.0)  # alphas 2, 2, 2, 0.5
+    (row,) = layer_summary(read_history([snapshot], "a snapshot")[0])
+    assert row.sharp_heads == 3 and row.sharp_distinct_taps == 2 and row.heads == 4
+    assert row.sharp_taps == [[-1, 0], [1, 0], [1, 0]]  # one per sharp head, sorted
+    assert row.mean_distance == pytest.approx(2.0) and row.conv_likeness == pytest.approx(0.5625)
+    assert row.median_alpha == pytest.approx(2.0)  # alphas 2, 2, 2, 0.5
 
 
 def test_one_colour_scale_for_every_cell_and_a_window_around_the_query():

@@ -77,11 +77,11 @@ def test_displacement_is_measured_from_the_step_zero_snapshot() -> None:
     history = [start, later]
     assert initial_of(history) is start and initial_of(history[1:]) is None
     first, second = layer_summary(later, initial_of(history))
-    assert first["displacement"] == [0.0] * 4 and first["median_displacement"] == 0.0
-    assert second["displacement"] == pytest.approx([5.0, 0.0, 1.0, 1.0], abs=1e-4)
-    assert second["median_displacement"] == pytest.approx(1.0)  # the lower middle of 0, 1, 1, 5
-    assert "displacement" not in layer_summary(later)[1]  # without the start, no motion is claimed
-    assert 0.0 <= second["overlap"] <= 1.0 and 1 <= second["coverage"] <= 31 * 31
+    assert first.displacement == [0.0] * 4 and first.median_displacement == 0.0
+    assert second.displacement == pytest.approx([5.0, 0.0, 1.0, 1.0], abs=1e-4)
+    assert second.median_displacement == pytest.approx(1.0)  # the lower middle of 0, 1, 1, 5
+    assert layer_summary(later)[1].displacement is None  # without the start, no motion is claimed
+    assert 0.0 <= second.overlap <= 1.0 and 1 <= second.coverage <= 31 * 31
 
 
 def test_outward_is_the_change_of_each_centres_distance_from_the_query() -> None:
@@ -94,6 +94,6 @@ def test_outward_is_the_change_of_each_centres_distance_from_the_query() -> None
     (layer,) = layer_summary(locality_snapshot(model, images, 10), start)
     # 4 sqrt 2 - 1 farther; to the other side and half a pixel farther (moved 4.5); one farther; a turn at
     # the same distance (moved, not outward)
-    assert layer["outward"] == pytest.approx([4 * 2**0.5 - 1, 0.5, 1.0, 0.0], abs=1e-4)
-    assert layer["displacement"] == pytest.approx([5.0, 4.5, 1.0, (0.4**2 + 0.8**2) ** 0.5], abs=1e-4)
-    assert layer["median_outward"] == pytest.approx(0.5, abs=1e-4)  # the lower middle of 0, 0.5, 1, 4.66
+    assert layer.outward == pytest.approx([4 * 2**0.5 - 1, 0.5, 1.0, 0.0], abs=1e-4)
+    assert layer.displacement == pytest.approx([5.0, 4.5, 1.0, (0.4**2 + 0.8**2) ** 0.5], abs=1e-4)
+    assert layer.median_outward == pytest.approx(0.5, abs=1e-4)  # the lower middle of 0, 0.5, 1, 4.66

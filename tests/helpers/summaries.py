@@ -33,6 +33,9 @@ FACTS = [
 ]
 RECORDS = ["history", "best_checkpoint", "commit"]
 
+# one layer's locality summary, as a run's metrics.json holds it
+LAYER = {"mean_distance": 2.5, "sharp_heads": 1, "heads": 9, "conv_likeness": 0.2}
+
 
 def metrics(protocol: str) -> dict[str, object]:
     """A metrics.json as the run wrote it: its facts, the protocol's accuracies, its records."""
@@ -44,4 +47,4 @@ def metrics(protocol: str) -> dict[str, object]:
     else:
         accuracy = {"test_acc": 0.65, "best_val_acc": 0.66}
     records = {"history": [{"epoch": 1, "val_acc": 0.5}], "best_checkpoint": None, "commit": "abc"}
-    return {**facts, **accuracy, "test_correct": "0110", **records, "layers": [{"heads": 9}]}
+    return {**facts, **accuracy, "test_correct": "0110", **records, "layers": [LAYER]}

@@ -18,7 +18,9 @@ from helpers import REPO, call, one_line_error, tiny, train
 
 import sa_conv
 from experiments import convert, evaluate, explore, figures, models
-from sa_conv.models.weights import manifest, ship, weights_dir
+from experiments.study.weights import ship
+from sa_conv.analysis.snapshots import read_history
+from sa_conv.models.weights import manifest, weights_dir
 from sa_conv.training.checkpoints import load_trained, module_from_checkpoint
 from sa_conv.utils.safe_load import CheckpointError, read_checkpoint
 
@@ -41,7 +43,9 @@ def shipped(run_dir: Path) -> dict:
     metrics = json.loads((run_dir / "metrics.json").read_text())
     ckpt = read_checkpoint(metrics["best_checkpoint"])
     row = {"model": "quadratic", "seed": 0, "epochs": 1, "test_acc": metrics["test_acc"], "n_test_images": 64}
-    return ship(NAME, ckpt, row=row, history=metrics["locality_history"], commit="abc")
+    return ship(
+        NAME, ckpt, row=row, history=read_history(metrics["locality_history"], "metrics"), commit="abc"
+    )
 
 
 def test_shipped_weights_hold_the_checkpoints_tensors_and_load_by_name(run_dir: Path, shipped: dict) -> None:

@@ -14,9 +14,8 @@ from helpers.summaries import metrics
 from experiments.cli import UserError
 from experiments.study.entries import Entry, entry_config
 from experiments.study.runs import StudySettings, finished, newest_resume, run_root
-from experiments.study.weights import carry
+from experiments.study.weights import carried_checkpoint, carry
 from sa_conv import __version__
-from sa_conv.models.weights import carried_checkpoint
 from sa_conv.training.resume import find_resume
 from sa_conv.training.run import module_for
 from sa_conv.utils.safe_load import read_checkpoint

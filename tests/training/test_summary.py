@@ -7,8 +7,9 @@ import dataclasses
 
 import pytest
 import torch
-from helpers.summaries import metrics
+from helpers.summaries import LAYER, metrics
 
+from sa_conv.analysis.snapshots import LayerSummary
 from sa_conv.training.checkpoints import module_from_checkpoint
 from sa_conv.training.module import ImageClassifier
 from sa_conv.training.summary import RunSummary
@@ -21,7 +22,7 @@ def test_metrics_json_keeps_its_layout(protocol: str) -> None:
     summary = RunSummary.from_dict(data)
     assert summary.to_dict() == data
     assert list(summary.to_dict()) == list(data)  # the same keys, in the same order
-    assert summary.test_acc == data["test_acc"] and summary.layers == [{"heads": 9}]
+    assert summary.test_acc == data["test_acc"] and summary.layers == [LayerSummary(**LAYER)]
     assert summary.locality_history is None and "locality_history" not in summary.to_dict()
 
 

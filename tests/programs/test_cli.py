@@ -127,7 +127,7 @@ def test_help_shows_the_presets_values(capsys):
         (["quadratic", "--lr", "nan"], "nan is not a number"),
         (["quadratic", "--lr", "inf"], "lr must be positive and finite"),
         (["quadratic", "--batch-size", "0"], "batch_size must be a positive integer"),
-        (["quadratic", "--precision", "64-true"], "precision must be one of"),
+        (["quadratic", "--precision", "64-true"], "--precision: invalid choice: '64-true'"),
         (["quadratic", "--accelerator", "tpu"], "accelerator must be one of"),
         (["quadratic", "--devices", "0"], "devices must be a positive integer or auto"),
         (["quadratic", "--figures-every", "0"], "figures_every must be a positive integer"),

@@ -34,6 +34,7 @@ from sa_conv.nn.attention import MultiHeadSelfAttention2d
 from sa_conv.nn.conversion import conv_to_attention
 from sa_conv.utils.files import write_json
 from sa_conv.utils.machine import hardware
+from sa_conv.utils.quote import quoted
 
 
 def _ints(text: str, *, minimum: int = 1) -> int | tuple[int, ...]:
@@ -41,7 +42,7 @@ def _ints(text: str, *, minimum: int = 1) -> int | tuple[int, ...]:
     try:
         parts = tuple(int(p) for p in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected K or Kh,Kw (integers), got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected K or Kh,Kw (integers), got {quoted(text)}") from None
     if any(p < minimum for p in parts):
         raise argparse.ArgumentTypeError(f"every value must be >= {minimum}, got {text}")
     return parts[0] if len(parts) == 1 else parts
@@ -228,7 +229,8 @@ def check_checkpoint(args) -> tuple[nn.Module, Tensor]:
     convs = {name for name, m in backbone.named_modules() if type(m) is nn.Conv2d}
     if args.layer not in convs:
         raise UserError(
-            f"{args.checkpoint} has no Conv2d named {args.layer!r}; some: {', '.join(sorted(convs)[:6])}"
+            f"{args.checkpoint} has no Conv2d named {quoted(args.layer)}; some: "
+            f"{', '.join(sorted(convs)[:6])}"
         )
     images, _ = test_images(ckpt, args, limit=args.batch)
     # the layer's real input: run the network up to it

@@ -22,6 +22,7 @@ from typing import Any
 from sa_conv.data.config import DataConfig
 from sa_conv.models import MODELS, ResNetConfig, SAConfig
 from sa_conv.training.config import RunConfig
+from sa_conv.utils.quote import quoted
 from sa_conv.utils.schedule import OptimConfig
 
 __all__ = ["SCALES", "preset"]
@@ -47,9 +48,9 @@ _DATA: dict[str, DataConfig] = {"tiny": DataConfig(train_subset=10_000, val_size
 def preset(model: str, scale: str) -> RunConfig:
     """The named preset of ``model`` at ``scale``."""
     if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; valid models: {', '.join(MODELS)}")
+        raise ValueError(f"unknown model {quoted(model)}; valid models: {', '.join(MODELS)}")
     if scale not in SCALES:
-        raise ValueError(f"unknown scale {scale!r}; valid scales: {', '.join(SCALES)}")
+        raise ValueError(f"unknown scale {quoted(scale)}; valid scales: {', '.join(SCALES)}")
     family = MODELS[model].family
     return RunConfig(
         model=model,

@@ -28,6 +28,7 @@ from sa_conv.training.resume import find_resume
 from sa_conv.training.run import train
 from sa_conv.training.summary import RunSummary
 from sa_conv.utils.config import config_to_dict, field_types
+from sa_conv.utils.quote import quoted
 
 # the run config's own options (its parts have their own flag groups)
 _TOP_LEVEL = ("model", "scale", "model_config", *SECTIONS)
@@ -62,14 +63,16 @@ def base_config(argv: list[str]) -> RunConfig | None:
     if first.config is not None:
         config = load_config(first.config)
         if first.model is not None and first.model != config.model:
-            raise UserError(f"the model {first.model!r} differs from {first.config}'s model {config.model!r}")
+            raise UserError(
+                f"the model {quoted(first.model)} differs from {first.config}'s model {quoted(config.model)}"
+            )
         if first.scale is not None:
             raise UserError("--scale and --config: a config file is complete; change its options with flags")
         return config
     if first.model is None:
         return None
     if first.model not in MODELS:
-        raise UserError(f"unknown model {first.model!r}; valid models: {', '.join(MODELS)}")
+        raise UserError(f"unknown model {quoted(first.model)}; valid models: {', '.join(MODELS)}")
     return preset(first.model, first.scale or "paper")
 
 

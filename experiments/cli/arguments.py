@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from sa_conv.utils.files import can_write_in
+from sa_conv.utils.quote import quoted
 
 __all__ = [
     "SEED_MAX",
@@ -73,7 +74,7 @@ def parse_int(text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+        raise argparse.ArgumentTypeError(f"invalid integer {quoted(text)}") from None
 
 
 def parse_float(text: str) -> float:
@@ -81,7 +82,7 @@ def parse_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+        raise argparse.ArgumentTypeError(f"invalid number {quoted(text)}") from None
     if math.isnan(value):
         raise argparse.ArgumentTypeError("nan is not a number here")
     return value

@@ -83,6 +83,12 @@ def main_guard(main: Callable[[list[str] | None], int | None]) -> Callable[[list
         except KeyboardInterrupt:
             print("error: interrupted", file=sys.stderr)
             return 130
+        except (RecursionError, OverflowError) as err:  # input the readers' bounds did not foresee
+            if debug:
+                raise
+            what = "nested too deeply to read" if isinstance(err, RecursionError) else "a number out of range"
+            print(f"error: the input holds {what} ({str(err)[:80]}); --debug shows where", file=sys.stderr)
+            return 1
         except SystemExit as exit_:  # argparse: --help (0) or a one-line usage error (2)
             code = exit_.code
             return code if isinstance(code, int) else (0 if code is None else 1)

@@ -31,6 +31,7 @@ from sa_conv.utils.files import lock_file_of, locked, merge_rows, write_json, wr
 from sa_conv.utils.json_values import is_json, json_kind
 from sa_conv.utils.quote import quoted
 from sa_conv.utils.safe_load import CheckpointError
+from sa_conv.utils.untrusted import UntrustedInputError, finite_number, load_json, read_bounded
 
 __all__ = [
     "ResultsTables",
@@ -131,9 +132,11 @@ def file_rows(path: Path, table: Sequence[tuple[Entry, int]]) -> dict[Key, Any]:
     if not path.is_file():
         return {}
     try:
-        rows = json.loads(path.read_text())
-    except (OSError, ValueError):
-        raise UserError(f"{path} is not a readable results JSON; move it away to rebuild it") from None
+        rows = load_json(read_bounded(path, str(path)), str(path))
+    except UntrustedInputError as err:
+        raise UserError(f"{err}; {_LEFT}") from None
+    except OSError as err:
+        raise UserError(f"{path} is not a readable results JSON ({err.strerror}); {_LEFT}") from None
     if not isinstance(rows, list):
         raise UserError(f"{path} must be a list of rows, not {json_kind(rows)}; {_LEFT}")
     keys = {(e.name, s) for e, s in table}
@@ -156,11 +159,39 @@ def file_rows(path: Path, table: Sequence[tuple[Entry, int]]) -> dict[Key, Any]:
             raise UserError(f"{what} repeats an earlier row; {_LEFT}")
         if lacking := [k for k in ROW_KEYS if k not in row]:
             raise UserError(f"{what} lacks {', '.join(lacking)}; {_LEFT}")
+        if problem := row_problem(row):
+            raise UserError(f"{what}: {problem}; {_LEFT}")
         found[key] = row
     return found
 
 
 _LEFT = "the file is left as it is: restore it from the repository, or move it away to rebuild it"
+
+# the numbers of a row the tables compute with, and the range each must lie in
+ROW_NUMBERS = {
+    "params": (0.0, 1e13),
+    "train_time_s": (0.0, 1e9),
+    "train_images_per_s": (0.0, 1e9),
+    "test_acc": (0.0, 1.0),
+    "test_acc_stderr": (0.0, 1.0),
+}
+
+
+def row_problem(row: dict[str, Any]) -> str | None:
+    """What is wrong with a results row's values the tables read (numbers out of range, locality that is
+    not per-layer objects), or None."""
+    for key, (low, high) in ROW_NUMBERS.items():
+        try:
+            finite_number(row[key], quoted(key), low=low, high=high)
+        except UntrustedInputError as err:
+            return str(err)
+    if not isinstance(row["note"], str):
+        return f"its note is {quoted(row['note'])}, not a string"
+    for key in ("layers", "locality_history", "epochs_history"):
+        value = row.get(key)
+        if value is not None and not (isinstance(value, list) and all(isinstance(v, dict) for v in value)):
+            return f"its {key!r} is {quoted(value)}, not a list of objects"
+    return None
 
 
 def committed_rows(
@@ -189,7 +220,7 @@ def same_run(name: str, entry: dict[str, Any], row: dict[str, Any], config: RunC
     where it did not, a warning says why the row keeps its committed locality."""
     differs = config_difference(entry.get("config") or {}, config.to_dict())
     if entry.get("test_acc") is None or entry.get("test_acc") != row.get("test_acc"):
-        differs.insert(0, f"test_acc={entry.get('test_acc')!r} (row: {row.get('test_acc')!r})")
+        differs.insert(0, f"test_acc={quoted(entry.get('test_acc'))} (row: {quoted(row.get('test_acc'))})")
     if differs:
         print(
             f"warning: the shipped {name} is another run ({', '.join(differs)}); its row keeps its "

@@ -8,11 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from sa_conv.utils.config import option
+from sa_conv.utils.config import is_count, option
+from sa_conv.utils.quote import quoted
 
 __all__ = ["DataConfig", "Protocol"]
 
 Protocol = Literal["clean", "paper"]
+MAX_IMAGES = 10**8  # CIFAR-10 has 60,000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,11 +29,19 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         checks = [
-            ("batch_size", self.batch_size >= 1, "a positive integer"),
+            ("batch_size", is_count(self.batch_size, MAX_IMAGES), f"an integer from 1 to {MAX_IMAGES:,}"),
             ("protocol", self.protocol in ("clean", "paper"), "clean or paper"),
-            ("val_size", self.val_size >= 0, ">= 0"),
-            ("train_subset", self.train_subset is None or self.train_subset >= 1, "a positive integer"),
+            (
+                "val_size",
+                self.val_size == 0 or is_count(self.val_size, MAX_IMAGES),
+                f"from 0 to {MAX_IMAGES:,}",
+            ),
+            (
+                "train_subset",
+                self.train_subset is None or is_count(self.train_subset, MAX_IMAGES),
+                f"an integer from 1 to {MAX_IMAGES:,}",
+            ),
         ]
         for name, ok, expected in checks:
             if not ok:
-                raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
+                raise ValueError(f"{name} must be {expected}, got {quoted(getattr(self, name))}")

@@ -44,6 +44,7 @@ from sa_conv.data.sources import (
 )
 from sa_conv.data.split import split_indices, split_warning
 from sa_conv.utils.config import config_to_dict
+from sa_conv.utils.quote import quoted
 
 __all__ = [  # the data's parts, re-exported for the commands that import them from here
     "CIFAR10_CLASSES",
@@ -86,7 +87,7 @@ class CIFAR10DataModule(pl.LightningDataModule):
         super().__init__()
         config = config or DataConfig()
         if source not in SOURCES:
-            raise ValueError(f"unknown data source {source!r}")
+            raise ValueError(f"unknown data source {quoted(source)}")
         if synthetic_size <= 0:
             raise ValueError(f"synthetic_size must be positive, got {synthetic_size}")
         if eval_batch_size is not None and eval_batch_size <= 0:

@@ -157,7 +157,7 @@ def load_split(
         n = synthetic_size if split == "train" else max(synthetic_size // 4, 16)
         return synthetic(n, seed=seed + (split == "test"))
     if data_dir is None:
-        raise DataError(f"source {source!r} needs a data_dir")
+        raise DataError(f"source {quoted(source)} needs a data_dir")
     if source == "folder":
         return load_image_folder(data_dir, split)
     check_download_target(data_dir)

@@ -9,6 +9,7 @@ from sa_conv.models.base import Backbone
 from sa_conv.models.resnet import ResNet18, ResNetConfig
 from sa_conv.models.sa_classifier import SAClassifier, SAConfig
 from sa_conv.utils.config import coerce, field_types
+from sa_conv.utils.quote import quoted
 
 __all__ = [
     "MODELS",
@@ -64,13 +65,13 @@ MODELS: dict[str, ModelEntry] = {
 def model_config(name: str, **overrides: Any) -> Any:
     """The config object of model ``name`` with ``overrides`` applied (paper defaults otherwise)."""
     if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; valid models: {', '.join(MODELS)}")
+        raise ValueError(f"unknown model {quoted(name)}; valid models: {', '.join(MODELS)}")
     family, defaults, _ = MODELS[name]
     types = field_types(family)
     unknown = sorted(set(overrides) - set(types))
     if unknown:
         raise ValueError(
-            f"model {name!r} has no option {', '.join(unknown)}; options: {', '.join(sorted(types))}"
+            f"model {quoted(name)} has no option {', '.join(unknown)}; options: {', '.join(sorted(types))}"
         )
     typed = {k: coerce(v, types[k], k) for k, v in overrides.items()}  # plain data (YAML lists) typed
     return family(**{**defaults, **typed})

@@ -40,7 +40,8 @@ class Footprint:
         """In words: ``about 3.2 GiB (12,090,000 parameters ..., 1.1 GiB of activations at batch 100)``."""
         return (
             f"about {_gib(self.total_bytes)} ({self.parameters:,} parameters with their gradients and "
-            f"momentum {_gib(self.parameter_bytes)}, activations at batch {self.batch} {_gib(self.activation_bytes)})"
+            f"momentum {_gib(self.parameter_bytes)}, activations at batch {self.batch} "
+            f"{_gib(self.activation_bytes)})"
         )
 
 

@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass
 from torch import Tensor, nn
 
 from sa_conv.models.base import Backbone
-from sa_conv.utils.config import option
+from sa_conv.utils.config import is_count, option
+from sa_conv.utils.quote import quoted
 
 __all__ = ["BasicBlock", "ResNet18", "ResNetConfig"]
 
@@ -22,10 +23,14 @@ class ResNetConfig:
     blocks: tuple[int, ...] = option((2, 2, 2, 2), "basic blocks of each stage")
 
     def __post_init__(self) -> None:
-        for name in ("num_classes", "in_channels", "width"):
+        for name, most in (("num_classes", 100_000), ("in_channels", 64), ("width", 4096)):
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            if not is_count(value, most):
+                raise ValueError(f"{name} must be an integer from 1 to {most:,}, got {quoted(value)}")
+        if not 1 <= len(self.blocks) <= 8 or not all(is_count(b, 64) for b in self.blocks):
+            raise ValueError(
+                f"blocks must be 1 to 8 stages of 1 to 64 blocks each, got {quoted(self.blocks)}"
+            )
 
     def to_dict(self) -> dict:
         """Plain dict (for hyper-parameters and JSON)."""

@@ -14,11 +14,25 @@ from sa_conv.models.base import Backbone
 from sa_conv.nn.attention import Impl, MultiHeadSelfAttention2d
 from sa_conv.nn.encodings import ENCODINGS, EncodingLayer, PositionalEncoding
 from sa_conv.nn.mixed import MixedAttention2d
-from sa_conv.utils.config import option
+from sa_conv.utils.config import is_count, option
+from sa_conv.utils.quote import quoted
 
 __all__ = ["SABlock", "SAClassifier", "SAConfig"]
 
 AttentionName = Literal["mhsa", "mixed"]
+# each size's bound, checked before anything is built (the paper's model: 6 layers, 9 heads, width 400)
+SIZE_BOUNDS = {
+    "layers": 256,
+    "heads": 1024,
+    "hidden": 16384,
+    "ffn": 65536,
+    "pool": 32,
+    "image_size": 1024,
+    "in_channels": 64,
+    "num_classes": 100_000,
+    "head_ratio": 1024,
+    "conv_kernel": 63,
+}
 InitName = Literal["paper", "bert"]
 
 
@@ -58,25 +72,26 @@ class SAConfig:
     impl: Impl = option("auto", "the attention computation: auto picks the fastest exact one")
 
     def __post_init__(self) -> None:
-        positive = ("layers", "heads", "hidden", "ffn", "pool", "image_size", "in_channels", "num_classes")
-        for name in (*positive, "head_ratio", "conv_kernel"):
+        for name, most in SIZE_BOUNDS.items():  # sizes bounded before anything is built
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            if not is_count(value, most):
+                raise ValueError(f"{name} must be an integer from 1 to {most:,}, got {quoted(value)}")
         if self.conv_kernel % 2 == 0:
             raise ValueError(f"conv_kernel must be odd, got {self.conv_kernel}")
-        if not isinstance(self.window, int) or self.window < 0:
-            raise ValueError(f"window must be an integer >= 0, got {self.window!r}")
-        if not 0 < self.init_std < float("inf"):
-            raise ValueError(f"init_std must be positive and finite, got {self.init_std}")
+        if not isinstance(self.window, int) or not 0 <= self.window <= SIZE_BOUNDS["image_size"]:
+            raise ValueError(
+                f"window must be an integer from 0 to {SIZE_BOUNDS['image_size']}, got {quoted(self.window)}"
+            )
+        if not 0 < self.init_std <= 10:
+            raise ValueError(f"init_std must be in (0, 10], got {quoted(self.init_std)}")
         if self.encoding != "none" and self.encoding not in ENCODINGS:
             raise ValueError(
-                f"encoding must be one of {', '.join([*ENCODINGS, 'none'])}, got {self.encoding!r}"
+                f"encoding must be one of {', '.join([*ENCODINGS, 'none'])}, got {quoted(self.encoding)}"
             )
         if self.attention not in ("mhsa", "mixed"):
-            raise ValueError(f"attention must be mhsa or mixed, got {self.attention!r}")
+            raise ValueError(f"attention must be mhsa or mixed, got {quoted(self.attention)}")
         if self.init not in ("paper", "bert"):
-            raise ValueError(f"init must be paper or bert, got {self.init!r}")
+            raise ValueError(f"init must be paper or bert, got {quoted(self.init)}")
         if self.encoding == "none" and not self.content and self.attention == "mhsa":
             raise ValueError("encoding='none' needs content=True")
         for name in ("dropout", "attn_dropout"):
@@ -84,7 +99,7 @@ class SAConfig:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if self.layer_heads is not None and (
             len(self.layer_heads) != self.layers
-            or any(not isinstance(h, int) or h <= 0 for h in self.layer_heads)
+            or any(not is_count(h, SIZE_BOUNDS["heads"]) for h in self.layer_heads)
         ):
             raise ValueError(
                 f"layer_heads must be {self.layers} positive integers (one per layer), got {self.layer_heads}"

@@ -29,6 +29,7 @@ from sa_conv.utils.files import atomic_write
 from sa_conv.utils.json_values import is_json, json_kind
 from sa_conv.utils.quote import quoted
 from sa_conv.utils.safe_load import CheckpointError
+from sa_conv.utils.untrusted import UntrustedInputError, load_json, read_bounded
 from sa_conv.utils.version import __version__
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
 ]
 
 FORMAT = "sa-conv weights 1"  # the metadata layout of a weights file
+MAX_MANIFEST_BYTES = 16 * 2**20  # the manifest of every shipped model takes about 100 KB
 
 
 def weights_dir() -> Path:
@@ -87,20 +89,21 @@ def manifest(root: Path | None = None) -> dict[str, dict[str, Any]]:
     if not path.is_file():
         return {}
     try:
-        models = json.loads(path.read_text())
-    except ValueError as err:  # not JSON, or not UTF-8
-        raise CheckpointError(f"{path} is not valid JSON ({err})") from None
+        text = read_bounded(path, str(path), max_bytes=MAX_MANIFEST_BYTES)
+        models = load_json(text, str(path), max_bytes=MAX_MANIFEST_BYTES)
+    except UntrustedInputError as err:  # not JSON, not UTF-8, too deep or too large
+        raise CheckpointError(str(err)) from None
     if not isinstance(models, dict):
         raise CheckpointError(f"{path} must be an object of model entries by name, not {json_kind(models)}")
     for name, entry in models.items():
         if not isinstance(entry, dict):
-            raise CheckpointError(f"{path}: entry {name!r} is {json_kind(entry)}, not an object")
+            raise CheckpointError(f"{path}: entry {quoted(name)} is {json_kind(entry)}, not an object")
         for field, kind in ENTRY_FIELDS.items():
             if field not in entry:
-                raise CheckpointError(f"{path}: entry {name!r} has no {field!r}")
+                raise CheckpointError(f"{path}: entry {quoted(name)} has no {quoted(field)}")
             if not is_json(entry[field], kind):
                 raise CheckpointError(
-                    f"{path}: entry {name!r} has {json_kind(entry[field])} as {field!r}, "
+                    f"{path}: entry {quoted(name)} has {json_kind(entry[field])} as {quoted(field)}, "
                     f"not {json_kind(kind)}"
                 )
     return models
@@ -138,7 +141,7 @@ def read_weights(path: Path) -> dict[str, Any]:
     except (SafetensorError, OSError, ValueError) as err:
         raise CheckpointError(f"{path} is not a readable weights file ({type(err).__name__})") from None
     if metadata.get("format") != FORMAT:
-        raise CheckpointError(f"{path} is not an sa-conv weights file (no {FORMAT!r} metadata)")
+        raise CheckpointError(f"{path} is not an sa-conv weights file (no {quoted(FORMAT)} metadata)")
     hparams = _metadata_field(path, metadata, "hyper_parameters", dict)
     if not isinstance(hparams.get("model"), str) or not isinstance(hparams.get("model_config"), dict):
         raise CheckpointError(
@@ -165,13 +168,15 @@ def _metadata_field(
     file and field where it is missing, not JSON or of another type."""
     text = metadata.get(key, default)
     if text is None:
-        raise CheckpointError(f"{path} has no {key!r} in its metadata")
+        raise CheckpointError(f"{path} has no {quoted(key)} in its metadata")
     try:
-        value = json.loads(text)
-    except ValueError:
-        raise CheckpointError(f"{path}: its metadata {key!r} is not valid JSON") from None
+        value = load_json(text, f"{path}: its metadata {quoted(key)}")
+    except UntrustedInputError as err:
+        raise CheckpointError(str(err)) from None
     if not is_json(value, kind):
-        raise CheckpointError(f"{path}: its metadata {key!r} is {json_kind(value)}, not {json_kind(kind)}")
+        raise CheckpointError(
+            f"{path}: its metadata {quoted(key)} is {json_kind(value)}, not {json_kind(kind)}"
+        )
     return value
 
 
@@ -250,11 +255,13 @@ def backbone_of(record: dict[str, Any]) -> Backbone:
     state = {
         k.removeprefix("backbone."): v for k, v in record["state_dict"].items() if k.startswith("backbone.")
     }
-    check_fit(state, backbone, f"the weights do not fit their model {hparams['model']!r}")
+    check_fit(state, backbone, f"the weights do not fit their model {quoted(hparams['model'])}")
     try:
         backbone.load_state_dict(state)
     except RuntimeError as err:
-        raise CheckpointError(f"the weights do not fit their model {hparams['model']!r}: {err}") from None
+        raise CheckpointError(
+            f"the weights do not fit their model {quoted(hparams['model'])}: {err}"
+        ) from None
     return backbone
 
 

@@ -50,6 +50,7 @@ from sa_conv.nn.autocast import autocast_enabled, no_autocast
 from sa_conv.nn.encodings import PositionalEncoding
 from sa_conv.nn.separable import separable_attention_projection
 from sa_conv.nn.tiled import tiled_content_attention
+from sa_conv.utils.quote import quoted
 
 __all__ = ["IMPLS", "Impl", "MultiHeadSelfAttention2d"]
 
@@ -92,9 +93,9 @@ class MultiHeadSelfAttention2d(nn.Module):
     ) -> None:
         super().__init__()
         if not isinstance(heads, int) or heads <= 0:
-            raise ValueError(f"heads must be a positive integer, got {heads!r}")
+            raise ValueError(f"heads must be a positive integer, got {quoted(heads)}")
         if not isinstance(dim, int) or dim <= 0:
-            raise ValueError(f"dim must be a positive integer, got {dim!r}")
+            raise ValueError(f"dim must be a positive integer, got {quoted(dim)}")
         if encoding is None and not content:
             raise ValueError("encoding is None and content is False: the attention has no logits")
         if encoding is not None and encoding.heads != heads:
@@ -124,9 +125,11 @@ class MultiHeadSelfAttention2d(nn.Module):
     @impl.setter
     def impl(self, value: Impl) -> None:
         if value not in IMPLS:
-            raise ValueError(f"impl must be one of {IMPLS}, got {value!r}")
+            raise ValueError(f"impl must be one of {IMPLS}, got {quoted(value)}")
         if value in ("shared", "separable") and self.input_dependent:
-            raise ValueError(f"impl={value!r} needs input-independent attention (no content, no query term)")
+            raise ValueError(
+                f"impl={quoted(value)} needs input-independent attention (no content, no query term)"
+            )
         if value == "separable" and not _given(self.encoding).separable:
             raise ValueError(
                 f"impl='separable' needs a separable encoding, got {type(self.encoding).__name__}"

@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from sa_conv.utils.quote import quoted
+
 __all__ = [
     "ENCODINGS",
     "CompositeRelativeEncoding",
@@ -62,7 +64,7 @@ def _axis_shifts(size: int, device: torch.device) -> Tensor:
 
 def _check_heads(heads: int) -> None:
     if not isinstance(heads, int) or isinstance(heads, bool) or heads <= 0:
-        raise ValueError(f"heads must be a positive integer, got {heads!r}")
+        raise ValueError(f"heads must be a positive integer, got {quoted(heads)}")
 
 
 class PositionalEncoding(nn.Module):
@@ -327,7 +329,7 @@ class CompositeRelativeEncoding(PositionalEncoding):
         super().__init__()
         _check_heads(heads)
         if not isinstance(window, int) or window < 0:
-            raise ValueError(f"window must be an integer >= 0, got {window!r}")
+            raise ValueError(f"window must be an integer >= 0, got {quoted(window)}")
         if not (query_term or bias_term or key_term):
             raise ValueError("a composite encoding needs at least one of the bias, query and key terms")
         self.heads, self.dim, self.window, self.mask = heads, dim, window, mask

@@ -21,10 +21,12 @@ import yaml
 
 from sa_conv.data.config import DataConfig
 from sa_conv.models import MODELS, ResNetConfig, SAConfig, model_config
-from sa_conv.utils.config import config_from_dict, config_to_dict, field_types, option
+from sa_conv.utils.config import config_from_dict, config_to_dict, field_types, is_count, option
 from sa_conv.utils.machine import check_devices
 from sa_conv.utils.precisions import AUTO, PRECISIONS, Precision
+from sa_conv.utils.quote import quoted
 from sa_conv.utils.schedule import OptimConfig
+from sa_conv.utils.untrusted import load_yaml
 
 __all__ = [
     "ACCELERATORS",
@@ -37,6 +39,9 @@ __all__ = [
 ]
 
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda")
+MAX_EPOCHS = 100_000  # the paper trains 300
+MAX_STEPS = 10**9  # steps of a run, or between two of its records
+MAX_DEVICES = 1024
 # the parts of a run config, each its own dataclass (the model's family is the model's)
 SECTIONS: dict[str, type] = {"optim": OptimConfig, "data": DataConfig}
 
@@ -68,7 +73,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
-            raise ValueError(f"unknown model {self.model!r}; valid models: {', '.join(MODELS)}")
+            raise ValueError(f"unknown model {quoted(self.model)}; valid models: {', '.join(MODELS)}")
         family = MODELS[self.model].family
         config = self.model_config
         if not isinstance(config, SAConfig | ResNetConfig):
@@ -82,20 +87,18 @@ class RunConfig:
                 object.__setattr__(self, name, config_from_dict(cls, value, what=f"the {name} config"))
         limit = self.limit_train_batches
         checks = [
-            ("epochs", isinstance(self.epochs, int) and self.epochs >= 1, "a positive integer"),
+            ("epochs", is_count(self.epochs, MAX_EPOCHS), f"an integer from 1 to {MAX_EPOCHS:,}"),
             ("precision", self.precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
             ("seed", isinstance(self.seed, int) and 0 <= self.seed < 2**32, "an integer from 0 to 2**32 - 1"),
             (
                 "limit_train_batches",
-                limit is None
-                or (isinstance(limit, int) and limit >= 1)
-                or (isinstance(limit, float) and 0 < limit <= 1),
-                "a number of batches >= 1 or a fraction in (0, 1]",
+                limit is None or is_count(limit, MAX_STEPS) or (isinstance(limit, float) and 0 < limit <= 1),
+                f"a number of batches from 1 to {MAX_STEPS:,} or a fraction in (0, 1]",
             ),
         ]
         for name, ok, expected in checks:
             if not ok:
-                raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
+                raise ValueError(f"{name} must be {expected}, got {quoted(getattr(self, name))}")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data, one mapping per part (what config.yaml and checkpoints hold)."""
@@ -160,27 +163,34 @@ class RunOptions:
     explore: bool = option(
         True, "write explorer.html, the attention explorer of the last checkpoint, at the end"
     )
+    allow_large: bool = option(
+        False, "train a model whose estimated memory exceeds what this machine has available"
+    )
 
     def __post_init__(self) -> None:
         checks = [
             (
                 "checkpoint_every",
-                self.checkpoint_every is None or self.checkpoint_every >= 1,
-                "a positive integer",
+                self.checkpoint_every is None or is_count(self.checkpoint_every, MAX_STEPS),
+                f"an integer from 1 to {MAX_STEPS:,}",
             ),
             ("snapshot_minutes", 0 <= self.snapshot_minutes < math.inf, ">= 0 minutes (0: none)"),
             ("ddp_timeout", 0 < self.ddp_timeout < math.inf, "positive and finite (minutes)"),
             (
                 "figures_every",
-                self.figures_every is None or self.figures_every >= 1,
-                "a positive integer or none",
+                self.figures_every is None or is_count(self.figures_every, MAX_EPOCHS),
+                f"an integer from 1 to {MAX_EPOCHS:,} or none",
             ),
-            ("history_every", self.history_every is None or self.history_every >= 1, "a positive integer"),
+            (
+                "history_every",
+                self.history_every is None or is_count(self.history_every, MAX_STEPS),
+                f"an integer from 1 to {MAX_STEPS:,}",
+            ),
             ("accelerator", self.accelerator in ACCELERATORS, f"one of {', '.join(ACCELERATORS)}"),
             (
                 "devices",
-                self.devices == "auto" or (isinstance(self.devices, int) and self.devices >= 1),
-                "a positive integer or auto",
+                self.devices == "auto" or is_count(self.devices, MAX_DEVICES),
+                f"an integer from 1 to {MAX_DEVICES} or auto",
             ),
             (
                 "max_time",
@@ -191,7 +201,7 @@ class RunOptions:
         ]
         for name, ok, expected in checks:
             if not ok:
-                raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
+                raise ValueError(f"{name} must be {expected}, got {quoted(getattr(self, name))}")
         check_devices(self.accelerator, self.devices)
 
 
@@ -214,7 +224,11 @@ def config_difference(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> l
     a, b = flat_options(stored), flat_options(wanted)
     if b.get("precision") == "auto":
         b["precision"] = a.get("precision")
-    return [f"{k}={a.get(k)!r} (now: {b.get(k)!r})" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return [
+        f"{k}={quoted(a.get(k))} (now: {quoted(b.get(k))})"
+        for k in sorted(set(a) | set(b))
+        if a.get(k) != b.get(k)
+    ]
 
 
 def dump_config(config: RunConfig) -> str:
@@ -223,17 +237,22 @@ def dump_config(config: RunConfig) -> str:
 
 
 def load_config(path: Path) -> RunConfig:
-    """A RunConfig from a YAML file (a run's config.yaml or one written by --print-config)."""
+    """A RunConfig from a YAML file (a run's config.yaml or one written by --print-config); the file is
+    bounded before it is read (``sa_conv.utils.untrusted``)."""
     try:
-        data = yaml.safe_load(path.read_text())
+        if path.is_file() and path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ValueError(f"config file {path} takes over {MAX_CONFIG_BYTES:,} bytes: not a run config")
+        text = path.read_text()
     except FileNotFoundError:
         raise ValueError(f"config file {path} does not exist") from None
     except IsADirectoryError:
         raise ValueError(f"config file {path} is a directory") from None
     except UnicodeDecodeError:
         raise ValueError(f"config file {path} is not a text (YAML) file") from None
-    except yaml.YAMLError as err:
-        raise ValueError(f"config file {path} is not valid YAML ({str(err).splitlines()[0]})") from None
+    data = load_yaml(text, f"config file {path}")
     if data is None:
         raise ValueError(f"config file {path} is empty")
     return RunConfig.from_dict(data)
+
+
+MAX_CONFIG_BYTES = 1 << 20  # a run's config.yaml takes about 2 KB

@@ -26,6 +26,8 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from sa_conv.analysis.flops import run_flops
 from sa_conv.data.datamodule import CIFAR10DataModule
 from sa_conv.data.sources import Source
+from sa_conv.models import ResNetConfig, SAConfig
+from sa_conv.models.footprint import check_fits, footprint
 from sa_conv.training.callbacks import AttentionFigures, TrainingProgress
 from sa_conv.training.checkpoints import (
     AtomicCheckpointIO,
@@ -70,7 +72,7 @@ from sa_conv.utils.files import (
     prepare_output_dir,
     write_text,
 )
-from sa_conv.utils.machine import matmul_flops_per_s, source_commit
+from sa_conv.utils.machine import available_memory, matmul_flops_per_s, source_commit
 from sa_conv.utils.pace import Pace, flop_projection
 from sa_conv.utils.safe_load import safe_globals
 from sa_conv.utils.schedule import schedule_length
@@ -137,6 +139,8 @@ def train(
             torch.set_float32_matmul_precision("high" if config.tf32 else "highest")
         else:  # every CPU step makes the same large tensors: pages already faulted in, not fresh ones
             keep_freed_memory()
+        if not options.allow_large:  # before anything of the model is allocated
+            check_model_fits(config, options)
         pl.seed_everything(config.seed, workers=True, verbose=False)
         module = module if module is not None else module_for(config)
         module.epoch_batches = datamodule.train_batches  # the schedule's length, without a loader
@@ -177,6 +181,16 @@ def train(
             if options.explore and module.backbone.has_attention:
                 write_run_explorer(run_dir, datamodule, summary)
         return summary
+
+
+def check_model_fits(config: RunConfig, options: RunOptions) -> None:
+    """``ModelTooLargeError`` when the model, its training state and its activations at the run's batch
+    (estimated from the config: ``sa_conv.models.footprint``) exceed the memory of the device it trains
+    on."""
+    device = torch.device("cuda" if _on_gpu(options) else "cpu")
+    assert isinstance(config.model_config, SAConfig | ResNetConfig)  # resolved by RunConfig
+    fp = footprint(config.model, config.model_config, config.data.batch_size)
+    check_fits(fp, available_memory(device), what=f"the {config.model} model", lift="pass --allow-large")
 
 
 def _callbacks(

@@ -9,7 +9,9 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal, Union
 
-__all__ = ["coerce", "config_from_dict", "config_to_dict", "field_help", "field_types", "option"]
+from sa_conv.utils.quote import quoted
+
+__all__ = ["coerce", "config_from_dict", "config_to_dict", "field_help", "field_types", "is_count", "option"]
 
 
 def option(default: Any, help: str) -> Any:
@@ -17,6 +19,11 @@ def option(default: Any, help: str) -> Any:
     if isinstance(default, list | dict | set):
         raise TypeError("a mutable default needs default_factory")
     return dataclasses.field(default=default, metadata={"help": help})
+
+
+def is_count(value: object, most: int) -> bool:
+    """Whether ``value`` is an integer (not a boolean) from 1 to ``most``."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= most
 
 
 def field_help(cls: type) -> dict[str, str]:
@@ -46,35 +53,35 @@ def coerce(value: Any, hint: Any, name: str) -> Any:
                 return coerce(value, arg, name)
             except ValueError as err:
                 errors.append(str(err))
-        raise ValueError(errors[0] if errors else f"{name}: {value!r} is not allowed")
+        raise ValueError(errors[0] if errors else f"{name}: {quoted(value)} is not allowed")
     if origin is Literal:
         if value not in args:
-            raise ValueError(f"{name} must be one of {', '.join(map(str, args))}, got {value!r}")
+            raise ValueError(f"{name} must be one of {', '.join(map(str, args))}, got {quoted(value)}")
         return value
     if hint is bool:
         if not isinstance(value, bool):
-            raise ValueError(f"{name} must be true or false, got {value!r}")
+            raise ValueError(f"{name} must be true or false, got {quoted(value)}")
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{name} must be an integer, got {value!r}")
+            raise ValueError(f"{name} must be an integer, got {quoted(value)}")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-            raise ValueError(f"{name} must be a number, got {value!r}")
+            raise ValueError(f"{name} must be a number, got {quoted(value)}")
         return float(value)
     if hint is str:
         if not isinstance(value, str):
-            raise ValueError(f"{name} must be a string, got {value!r}")
+            raise ValueError(f"{name} must be a string, got {quoted(value)}")
         return value
     if origin is tuple:
         if not isinstance(value, list | tuple):
-            raise ValueError(f"{name} must be a list, got {value!r}")
+            raise ValueError(f"{name} must be a list, got {quoted(value)}")
         item = args[0]
         return tuple(coerce(v, item, name) for v in value)
     if origin is dict or hint is dict:
         if not isinstance(value, Mapping):
-            raise ValueError(f"{name} must be a mapping, got {value!r}")
+            raise ValueError(f"{name} must be a mapping, got {quoted(value)}")
         return dict(value)
     return value
 

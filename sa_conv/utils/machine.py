@@ -15,9 +15,11 @@ from typing import Any
 import torch
 
 from sa_conv.utils.precisions import AUTO, BF16, FLOAT32, HALF, LOW_PRECISIONS, Precision
+from sa_conv.utils.quote import quoted
 
 __all__ = [
     "BF16_FLAGS",
+    "available_memory",
     "check_devices",
     "cpu_flags",
     "cpu_has_native_bf16",
@@ -42,6 +44,20 @@ def _cpuinfo() -> list[str]:
         return []
 
 
+def available_memory(device: torch.device) -> int | None:
+    """Bytes a new allocation can take on ``device``: the GPU's free memory, or the host's available
+    memory (``MemAvailable``, Linux); None where it cannot be known."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def cpu_name() -> str:
     """The CPU's model name (Linux), else what ``platform`` knows."""
     for line in _cpuinfo():
@@ -64,7 +80,7 @@ def cpu_has_native_bf16() -> bool:
     override = os.environ.get("SA_CONV_CPU_BF16")  # empty: unset
     if override:
         if override not in ("native", "emulated"):
-            raise ValueError(f"SA_CONV_CPU_BF16={override!r}: expected native or emulated")
+            raise ValueError(f"SA_CONV_CPU_BF16={quoted(override)}: expected native or emulated")
         return override == "native"
     flags = cpu_flags()
     if flags:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from sa_conv.utils.untrusted import UntrustedInputError, check_bounds
 from sa_conv.utils.version import __version__
 
 __all__ = [
@@ -97,6 +98,10 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         reason = "permission denied" if isinstance(err, PermissionError) else err.strerror
         raise CheckpointError(f"cannot read checkpoint {path}: {reason}") from None
     ckpt = load_checkpoint_file(path)
+    try:  # untrusted structure bounded before anything walks it
+        check_bounds(ckpt, f"checkpoint {path}")
+    except UntrustedInputError as err:
+        raise CheckpointError(str(err)) from None
     hparams = ckpt.get("hyper_parameters") if isinstance(ckpt, dict) else None
     if not hparams or "model" not in hparams or "state_dict" not in ckpt:
         raise CheckpointError(f"{path} is not an sa-conv checkpoint (no model hyper-parameters)")

@@ -9,11 +9,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sa_conv.utils.config import option
+from sa_conv.utils.quote import quoted
 
 __all__ = ["SCHEDULES", "OptimConfig", "Schedule", "lr_factor", "schedule_length"]
 
 
 Schedule = Literal["warmup-cosine", "multistep"]
+MAX_LR = 100.0  # the paper's is 0.1
 SCHEDULES: tuple[str, ...] = typing.get_args(Schedule)
 
 
@@ -36,9 +38,9 @@ class OptimConfig:
 
     def __post_init__(self) -> None:
         checks = [
-            ("lr", 0 < self.lr < math.inf, "positive and finite"),
+            ("lr", 0 < self.lr <= MAX_LR, f"in (0, {MAX_LR:g}]"),
             ("momentum", 0 <= self.momentum < 1, "in [0, 1)"),
-            ("weight_decay", 0 <= self.weight_decay < math.inf, ">= 0 and finite"),
+            ("weight_decay", 0 <= self.weight_decay <= 1, "in [0, 1]"),
             ("schedule", self.schedule in SCHEDULES, " or ".join(SCHEDULES)),
             ("warmup", 0 <= self.warmup < 1, "in [0, 1)"),
             ("milestones", all(0 < m < 1 for m in self.milestones), "fractions of training in (0, 1)"),
@@ -54,7 +56,7 @@ class OptimConfig:
         ]
         for name, ok, expected in checks:
             if not ok:
-                raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
+                raise ValueError(f"{name} must be {expected}, got {quoted(getattr(self, name))}")
 
 
 def lr_factor(step: int, total: int, optim: OptimConfig) -> float:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from sa_conv.utils.quote import quoted
@@ -26,6 +27,7 @@ __all__ = [
     "finite_number",
     "load_json",
     "load_yaml",
+    "read_bounded",
 ]
 
 MAX_DEPTH = 64  # the deepest nesting any file of the suite has is under 10
@@ -61,6 +63,18 @@ def check_bounds(
                     f"{what} holds over {max_values:,} values: not a file the suite wrote"
                 )
             stack.extend((child, depth + 1) for child in children)
+
+
+def read_bounded(path: Path, what: str, *, max_bytes: int = MAX_TEXT_BYTES) -> bytes:
+    """The bytes of a file, refused unread (``UntrustedInputError``) when it takes over ``max_bytes``;
+    at most ``max_bytes`` are read even if it grows meanwhile."""
+    if path.is_file() and path.stat().st_size > max_bytes:
+        raise UntrustedInputError(f"{what} takes over {max_bytes:,} bytes: not a file the suite wrote")
+    with path.open("rb") as file:
+        data = file.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise UntrustedInputError(f"{what} takes over {max_bytes:,} bytes: not a file the suite wrote")
+    return data
 
 
 def load_json(text: str | bytes, what: str, *, max_bytes: int = MAX_TEXT_BYTES) -> Any:

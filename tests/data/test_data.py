@@ -125,9 +125,9 @@ def test_real_cifar_folder(cifar_dir):
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"val_size": -10}, "val_size must be >= 0"),
-        ({"train_subset": 0}, "train_subset must be a positive integer"),
-        ({"batch_size": 0}, "batch_size must be a positive integer"),
+        ({"val_size": -10}, "val_size must be from 0 to"),
+        ({"train_subset": 0}, "train_subset must be an integer from 1 to"),
+        ({"batch_size": 0}, "batch_size must be an integer from 1 to"),
         ({"eval_batch_size": -1}, "eval_batch_size must be positive"),
         ({"protocol": "kaggle"}, "protocol must be clean or paper"),
         ({"source": "ftp"}, "unknown data source"),

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from sa_conv.data.tree import TreeError, class_folders, decode_bounded, image_files
+from sa_conv.utils.errors import DataError
 from sa_conv.utils.files import new_folders_removed_on_error
 from sa_conv.utils.quote import quoted
 
@@ -55,10 +56,6 @@ IMAGE_SIZE = 32
 Split = Literal["train", "test"]
 Source = Literal["auto", "torchvision", "folder", "synthetic"]
 SOURCES: tuple[str, ...] = ("auto", "torchvision", "folder", "synthetic")
-
-
-class DataError(RuntimeError):
-    """The data cannot be loaded; the message says what to do."""
 
 
 def load_image_folder(root: Path, split: Split) -> tuple[Tensor, Tensor]:

@@ -40,13 +40,14 @@ returns the output, and ``logits`` / ``probabilities`` say what the heads attend
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sa_conv.nn.autocast import autocast_enabled, no_autocast
+from sa_conv.nn.choices import IMPLS, Impl
 from sa_conv.nn.encodings import PositionalEncoding
 from sa_conv.nn.separable import separable_attention_projection
 from sa_conv.nn.tiled import tiled_content_attention
@@ -54,8 +55,6 @@ from sa_conv.utils.quote import quoted
 
 __all__ = ["IMPLS", "Impl", "MultiHeadSelfAttention2d"]
 
-Impl = Literal["auto", "reference", "shared", "separable", "sdpa", "tiled"]
-IMPLS: tuple[str, ...] = ("auto", "reference", "shared", "separable", "sdpa", "tiled")
 _T = TypeVar("_T")
 
 

@@ -8,21 +8,19 @@ Optional capabilities are declared on the class, and the attention layer asks fo
 ``hasattr``): ``separable`` (``axis_logits``: a row term plus a column term), ``query_dependent``
 (``query_logits``: a term that reads the query's features), ``key_dependent`` (``key_logits``), and
 ``weight_decay`` (False: the paper's code exempts the parameters from weight decay). A new encoding is
-one class here plus one line in ``ENCODINGS`` (the four encodings and their registry: about 400 lines,
-kept together so that they read side by side).
+one class here plus one line in ``sa_conv.nn.registry.ENCODINGS`` (torch-free; the four encodings here:
+about 400 lines, kept together so that they read side by side).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from sa_conv.nn.registry import ENCODINGS, EncodingEntry, EncodingLayer
 from sa_conv.utils.quote import quoted
 
 __all__ = [
@@ -34,7 +32,9 @@ __all__ = [
     "LearnedRelativeEncoding",
     "PositionalEncoding",
     "QuadraticEncoding",
+    "composite_for_layer",
     "interior_queries",
+    "learned_for_layer",
     "relative_shifts",
     "spectrum",
 ]
@@ -383,44 +383,13 @@ class CompositeRelativeEncoding(PositionalEncoding):
         return torch.einsum("bhkd,qkd->bhqk", k / math.sqrt(self.dim), table)  # (B, heads, N, N)
 
 
-@dataclass(frozen=True, kw_only=True)
-class EncodingLayer:
-    """What a model tells the encoding of one of its layers."""
-
-    heads: int
-    dim: int  # the tokens' width
-    grid: int  # the side of the token grid
-    init_std: float | None = None  # BERT's N(0, init_std^2) for learned tables; None: the paper's init
-    window: int = 7  # composite: the window of relative shifts
-    window_mask: bool = False  # composite: mask shifts beyond the window instead of clipping
-    key_term: bool = False  # composite: the key-dependent term too
+def learned_for_layer(layer: EncodingLayer) -> LearnedRelativeEncoding:
+    """The learned relative encoding of one layer (its tables as wide as the tokens, as long as the grid)."""
+    return LearnedRelativeEncoding(layer.heads, layer.dim, max_size=layer.grid, init_std=layer.init_std)
 
 
-class EncodingEntry(NamedTuple):
-    """One encoding of the registry: its class, and how a layer builds it (default: ``cls(heads)``)."""
-
-    cls: type[PositionalEncoding]
-    build_layer: Callable[[EncodingLayer], PositionalEncoding] | None = None
-
-    def build(self, layer: EncodingLayer) -> PositionalEncoding:
-        """The encoding of one layer."""
-        return self.build_layer(layer) if self.build_layer is not None else self.cls(layer.heads)
-
-
-# name -> entry: the encodings an SA model can be built with (``SAConfig.encoding``)
-ENCODINGS: dict[str, EncodingEntry] = {
-    "quadratic": EncodingEntry(QuadraticEncoding),
-    "gaussian": EncodingEntry(GaussianEncoding),
-    "learned": EncodingEntry(
-        LearnedRelativeEncoding,
-        lambda layer: LearnedRelativeEncoding(
-            layer.heads, layer.dim, max_size=layer.grid, init_std=layer.init_std
-        ),
-    ),
-    "composite": EncodingEntry(
-        CompositeRelativeEncoding,
-        lambda layer: CompositeRelativeEncoding(
-            layer.heads, layer.dim, window=layer.window, mask=layer.window_mask, key_term=layer.key_term
-        ),
-    ),
-}
+def composite_for_layer(layer: EncodingLayer) -> CompositeRelativeEncoding:
+    """The composite encoding of one layer (its window, clipped or masked, and its key term)."""
+    return CompositeRelativeEncoding(
+        layer.heads, layer.dim, window=layer.window, mask=layer.window_mask, key_term=layer.key_term
+    )

@@ -22,7 +22,6 @@ import yaml
 from sa_conv.data.config import DataConfig
 from sa_conv.models import MODELS, ResNetConfig, SAConfig, model_config
 from sa_conv.utils.config import config_from_dict, config_to_dict, field_types, is_count, option
-from sa_conv.utils.machine import check_devices
 from sa_conv.utils.precisions import AUTO, PRECISIONS, Precision
 from sa_conv.utils.quote import quoted
 from sa_conv.utils.schedule import OptimConfig
@@ -202,7 +201,13 @@ class RunOptions:
         for name, ok, expected in checks:
             if not ok:
                 raise ValueError(f"{name} must be {expected}, got {quoted(getattr(self, name))}")
-        check_devices(self.accelerator, self.devices)
+        if self.devices != 1 or self.accelerator in (
+            "gpu",
+            "cuda",
+        ):  # the machine asked only where it matters
+            from sa_conv.utils.machine import check_devices  # imports torch
+
+            check_devices(self.accelerator, self.devices)
 
 
 def flat_options(config: Mapping[str, Any]) -> dict[str, Any]:

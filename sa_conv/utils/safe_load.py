@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from sa_conv.utils.errors import CheckpointError, UnsafeCheckpointError
 from sa_conv.utils.untrusted import UntrustedInputError, check_bounds
 from sa_conv.utils.version import __version__
 
@@ -31,14 +32,6 @@ __all__ = [
     "run_config_of",
     "safe_globals",
 ]
-
-
-class CheckpointError(RuntimeError):
-    """A file is not a readable sa-conv checkpoint."""
-
-
-class UnsafeCheckpointError(CheckpointError):
-    """A checkpoint asks to run code (a function or class outside the allow-list) when it is read."""
 
 
 # the only non-tensor globals a checkpoint may name: numpy's RNG state (a uint32 array), as checkpoints

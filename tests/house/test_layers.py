@@ -1,7 +1,7 @@
-"""The house's layers hold: within ``sa_conv`` every import (at module level or inside a function) runs
-down the layers of shared/DESIGN.md (utils, then nn, then models; data beside them; analysis over models;
-training on top), none runs up to the package root, and no two modules import each other, directly or
-around a circle."""
+"""The house's layers hold: within ``sa_conv`` every import that runs (at module level or inside a
+function; not those only the type checker reads) goes down the layers of shared/DESIGN.md (utils, then nn,
+then models; data beside them; analysis over models; training on top), none runs up to the package root,
+and no two modules import each other, directly or around a circle."""
 
 from __future__ import annotations
 
@@ -29,11 +29,21 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of a module but those under ``if TYPE_CHECKING:`` (read by the type checker only)."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        test = node.test if isinstance(node, ast.If) else None
+        if test is not None and "TYPE_CHECKING" in ast.unparse(test):
+            skipped |= {id(child) for body in node.body for child in ast.walk(body)}
+    return [node for node in ast.walk(tree) if id(node) not in skipped]
+
+
 def imports_of(path: Path, modules: set[str]) -> set[str]:
-    """The ``sa_conv`` modules a file imports, anywhere in it (``from a.b import c``: ``a.b.c`` where that
-    is a module, else ``a.b``)."""
+    """The ``sa_conv`` modules a file imports when it runs, anywhere in it, functions included (``from a.b
+    import c``: ``a.b.c`` where that is a module, else ``a.b``)."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in runtime_nodes(ast.parse(path.read_text())):
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]

@@ -13,13 +13,15 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor, nn
+if TYPE_CHECKING:
+    from torch import Tensor, nn
 
 from experiments.cli import (
     ArgumentParser,
     UserError,
+    computing,
     data_flags,
     datamodule_of_checkpoint,
     main_guard,
@@ -30,10 +32,7 @@ from experiments.cli import (
     trained_model,
 )
 from experiments.cli.memory import MemoryUse, is_out_of_memory
-from sa_conv.nn.attention import MultiHeadSelfAttention2d
-from sa_conv.nn.conversion import conv_to_attention
 from sa_conv.utils.files import write_json
-from sa_conv.utils.machine import hardware
 from sa_conv.utils.quote import quoted
 
 
@@ -173,11 +172,15 @@ def _checkpoint_flags(ckpt: argparse._ActionsContainer) -> None:
 
 def errors(got: Tensor, expected: Tensor) -> tuple[float, float]:
     """Max absolute error and max relative error (|diff| / max|expected|)."""
+    import torch
+
     diff = (got - expected).abs().max().item()
     return diff, diff / max(expected.abs().max().item(), torch.finfo(expected.dtype).tiny)
 
 
 def random_conv(args) -> nn.Module:
+    from torch import nn
+
     cls = nn.Conv1d if args.dims == 1 else nn.Conv2d
     try:
         return cls(
@@ -201,6 +204,8 @@ SWEEP_SHOWN = (1, 5, 10, 25, 46, 100)  # the rows printed besides the threshold'
 def sweep(conv: nn.Module, x: Tensor, expected: Tensor, args) -> int:
     """The error for every alpha in 1..100; prints the rows around the tolerance's threshold and a few
     landmarks (alpha 46 is the paper's), and the first alpha within the tolerance."""
+    from sa_conv.nn.conversion import conv_to_attention
+
     rows = []
     for alpha in range(1, 101):
         abs_err, rel_err = errors(conv_to_attention(conv, alpha=float(alpha), impl=args.impl)(x), expected)
@@ -222,6 +227,9 @@ def sweep(conv: nn.Module, x: Tensor, expected: Tensor, args) -> int:
 
 def check_checkpoint(args) -> tuple[nn.Module, Tensor]:
     """A Conv2d of a trained ResNet18 and its real input on a batch of test images."""
+    import torch
+    from torch import nn
+
     if not args.layer:
         raise UserError("--checkpoint needs --layer NAME, --all or --to-conv")
     ckpt, module = trained_model(args.checkpoint)
@@ -248,12 +256,14 @@ def test_images(ckpt: dict, args, *, limit: int | None = None) -> tuple[Tensor, 
     return datamodule_of_checkpoint(ckpt, args).evaluation_images(limit)
 
 
-@torch.no_grad()
 def logits_of(model: nn.Module, images: Tensor, batch: int = 250) -> tuple[Tensor, float]:
     """Logits of every image, and the seconds per image."""
+    import torch
+
     model.eval()
     start = time.perf_counter()
-    out = torch.cat([model(images[i : i + batch]) for i in range(0, len(images), batch)])
+    with torch.no_grad():
+        out = torch.cat([model(images[i : i + batch]) for i in range(0, len(images), batch)])
     return out, (time.perf_counter() - start) / len(images)
 
 
@@ -278,7 +288,9 @@ def finish(report: dict, lines: list[str], args) -> int:
 
 def convert_whole_network(args) -> int:
     """Every convolution of a trained ResNet18 replaced by its attention twin, evaluated on the test split."""
+    from sa_conv.nn.attention import MultiHeadSelfAttention2d
     from sa_conv.nn.conversion import convert_network
+    from sa_conv.utils.machine import hardware
 
     ckpt, module = trained_model(args.checkpoint)
     conv_net = module.backbone.eval()
@@ -367,6 +379,8 @@ def convert_attention_to_conv(args) -> int:
 
 def save_conversion_figure(conv: nn.Module, attention: nn.Module, x: Tensor, path: Path) -> None:
     """The kernel, the heads' centres on its grid, and their attention at a central query."""
+    import torch
+
     from sa_conv.analysis.figures import conversion_figure
     from sa_conv.nn.conversion import dense_kernel
     from sa_conv.utils.files import save_png
@@ -387,6 +401,9 @@ def save_conversion_figure(conv: nn.Module, attention: nn.Module, x: Tensor, pat
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    computing()  # the arguments are checked: now the heavy imports
+    import torch
+
     torch.manual_seed(args.seed)
     if (args.all or args.to_conv or args.layers) and args.checkpoint is None:
         raise UserError("--all, --to-conv and --layers need --checkpoint")
@@ -399,6 +416,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def convert_one(args: argparse.Namespace) -> int:
     """One convolution (random, or a trained ResNet's layer on its real input) into attention, checked."""
+    import torch
+
+    from sa_conv.nn.conversion import conv_to_attention
+
     if args.checkpoint is not None:
         conv, x = check_checkpoint(args)
         source = f"{args.layer} of {args.checkpoint}, on its input for {args.batch} test images"

@@ -13,14 +13,13 @@ model) there is no such convolution: the logit q . k depends on the key pixel's 
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-from experiments.cli import ArgumentParser, main_guard, positive_float, positive_int, seed_int
+from experiments.cli import ArgumentParser, computing, main_guard, positive_float, positive_int, seed_int
 from sa_conv.models import model_config
-from sa_conv.nn.attention import MultiHeadSelfAttention2d
-from sa_conv.nn.conversion import local_attention_as_conv
-from sa_conv.nn.encodings import CompositeRelativeEncoding
 
 TERMS = {"bias": (False, True), "q.w": (True, False), "both": (True, True)}  # (query term, bias term)
 
@@ -32,6 +31,12 @@ def max_error(got: torch.Tensor, expected: torch.Tensor) -> float:
 
 def check(term: str, mask: bool, window: int, gen: torch.Generator, trials: int) -> tuple[float, float]:
     """Worst interior (masked layers) and renormalized errors over ``trials`` random layers."""
+    import torch
+
+    from sa_conv.nn.attention import MultiHeadSelfAttention2d
+    from sa_conv.nn.conversion import local_attention_as_conv
+    from sa_conv.nn.encodings import CompositeRelativeEncoding
+
     query_term, bias_term = TERMS[term]
     interior = everywhere = 0.0
     for _ in range(trials):
@@ -62,6 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tolerance", type=positive_float, default=1e-5)
     parser.add_argument("--seed", type=seed_int, default=0)
     args = parser.parse_args(argv)
+    computing()  # the arguments are checked: now the heavy imports
+    import torch
+
+    from sa_conv.nn.attention import MultiHeadSelfAttention2d
+    from sa_conv.nn.conversion import local_attention_as_conv
+    from sa_conv.nn.encodings import CompositeRelativeEncoding
+
     gen = torch.Generator().manual_seed(args.seed)
     print(f"{'term':6} {'window':8} {'conv':18} {'interior error':>15} {'renormalized error':>19}  result")
     worst = 0.0

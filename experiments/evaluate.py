@@ -11,6 +11,7 @@ from pathlib import Path
 
 from experiments.cli import (
     ArgumentParser,
+    computing,
     data_flags,
     data_note,
     datamodule_of_checkpoint,
@@ -19,7 +20,6 @@ from experiments.cli import (
     trained_model,
 )
 from experiments.cli.memory import MemoryUse
-from sa_conv.training.evaluation import evaluate
 
 
 def build_parser() -> ArgumentParser:
@@ -34,6 +34,9 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    computing()  # the arguments are checked: now the heavy imports
+    from sa_conv.training.evaluation import evaluate
+
     ckpt, module = trained_model(args.checkpoint)
     datamodule = datamodule_of_checkpoint(ckpt, args, batch_size=args.batch_size)
     if args.split == "val" and datamodule.config.protocol == "paper":

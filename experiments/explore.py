@@ -19,6 +19,7 @@ from typing import Any
 from experiments.cli import (
     ArgumentParser,
     UserError,
+    computing,
     data_flags,
     datamodule_of_checkpoint,
     main_guard,
@@ -27,11 +28,7 @@ from experiments.cli import (
     trained_model,
 )
 from experiments.cli.memory import MemoryUse
-from sa_conv.analysis.explorer import explorer_data, write_explorer
-from sa_conv.data.datamodule import CIFAR10DataModule, DataConfig
-from sa_conv.data.sources import DataError
 from sa_conv.utils.files import atomic_write
-from sa_conv.utils.safe_load import CheckpointError
 
 
 def build_parser() -> ArgumentParser:
@@ -105,6 +102,10 @@ def default_out(checkpoint: Path) -> Path:
 def images_for(ckpt: dict[str, Any], args: Any, n: int) -> tuple[Any, Any, str]:
     """``n`` test images as stored and as the model takes them, and where they come from (the page says):
     the checkpoint's own data, ``--data-dir``, or synthetic images when no data can be had."""
+    from sa_conv.data.datamodule import CIFAR10DataModule, DataConfig
+    from sa_conv.data.sources import DataError
+    from sa_conv.utils.safe_load import CheckpointError
+
     try:
         data = datamodule_of_checkpoint(ckpt, args)
         note = f"{n} test images of {data.data_dir or 'synthetic data'}"
@@ -124,6 +125,9 @@ def images_for(ckpt: dict[str, Any], args: Any, n: int) -> tuple[Any, Any, str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    computing()  # the arguments are checked: now the heavy imports
+    from sa_conv.analysis.explorer import explorer_data, write_explorer
+
     out = args.out or default_out(args.checkpoint)
     if out.is_dir():
         raise UserError(f"--out {out} is a folder: name the page's file, e.g. {out / 'explorer.html'}")

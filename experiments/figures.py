@@ -15,11 +15,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import torch
-
 from experiments.cli import (
     ArgumentParser,
     UserError,
+    computing,
     data_flags,
     data_note,
     datamodule_of_checkpoint,
@@ -28,14 +27,6 @@ from experiments.cli import (
     trained_model,
 )
 from experiments.cli.memory import MemoryUse
-from sa_conv.analysis.locality import head_table
-from sa_conv.analysis.maps import (
-    attention_maps_of,
-    figures_of_maps,
-    history_of,
-    locality_queries,
-    lr_schedule_of,
-)
 from sa_conv.utils.files import save_png, write_json
 
 
@@ -58,6 +49,18 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    computing()  # the arguments are checked: now the heavy imports
+    import torch
+
+    from sa_conv.analysis.locality import head_table
+    from sa_conv.analysis.maps import (
+        attention_maps_of,
+        figures_of_maps,
+        history_of,
+        locality_queries,
+        lr_schedule_of,
+    )
+
     if args.out.exists() and not args.out.is_dir():
         raise UserError(f"--out {args.out} is a file, not a folder")
     # read once: the model and the run's locality history

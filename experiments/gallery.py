@@ -17,19 +17,15 @@ import html
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-from experiments.cli import DEFAULT_DATA_DIR, ArgumentParser, UserError, check_data_dir, main_guard
-from experiments.explore import screenshot
-from sa_conv.analysis.explorer import explorer_data, write_explorer
-from sa_conv.data.datamodule import CIFAR10DataModule
-from sa_conv.data.sources import DataError
-from sa_conv.models.weights import backbone_of, manifest, weights_dir
-from sa_conv.training.checkpoints import load_trained
+    from sa_conv.data.datamodule import CIFAR10DataModule
+
+from experiments.cli import DEFAULT_DATA_DIR, ArgumentParser, UserError, check_data_dir, computing, main_guard
 from sa_conv.training.config import RunConfig
-from sa_conv.training.run import datamodule_for
 from sa_conv.utils.files import write_text
 
 CONTENT_IMAGES = 3  # a content model's maps differ per image: its page holds the first classes' images
@@ -45,6 +41,9 @@ def one_per_class(data: CIFAR10DataModule) -> tuple[torch.Tensor, list[int]]:
 
 def gallery_images(config: RunConfig, data_dir: Path) -> tuple[CIFAR10DataModule, torch.Tensor, str]:
     """The data module, one test image per class, and the page's note on where they come from."""
+    from sa_conv.data.sources import DataError
+    from sa_conv.training.run import datamodule_for
+
     try:
         data = datamodule_for(config, data_dir=data_dir)
         images, labels = one_per_class(data)
@@ -61,6 +60,10 @@ def gallery_images(config: RunConfig, data_dir: Path) -> tuple[CIFAR10DataModule
 
 def model_page(name: str, entry: dict[str, Any], data_dir: Path, out: Path) -> Path | None:
     """The explorer page of one shipped model (None for a model without attention)."""
+    from sa_conv.analysis.explorer import explorer_data, write_explorer
+    from sa_conv.models.weights import backbone_of
+    from sa_conv.training.checkpoints import load_trained
+
     record = load_trained(name)
     backbone = backbone_of(record).eval()
     if not backbone.has_attention:
@@ -169,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         help="also save NAME's page, as headless Chromium draws it (layer 1, the central query), to PNG",
     )
     args = parser.parse_args(argv)
+    computing()  # the arguments are checked: now the heavy imports
+    from experiments.explore import screenshot
+    from sa_conv.models.weights import manifest, weights_dir
+
     if args.data_dir is not None:
         check_data_dir(args.data_dir)
     models = manifest()

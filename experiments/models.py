@@ -13,8 +13,7 @@ import json
 import math
 import sys
 
-from experiments.cli import ArgumentParser, main_guard
-from sa_conv.models.weights import manifest, weights_dir
+from experiments.cli import ArgumentParser, computing, main_guard
 from sa_conv.utils.json_values import finite_json
 
 
@@ -23,6 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m experiments.models", description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="the manifest's entries as JSON")
     args = parser.parse_args(argv)
+    computing()  # the arguments are checked: now the heavy imports
+    from sa_conv.models.weights import manifest, weights_dir
+
     models = manifest()
     if args.json:
         print(json.dumps(finite_json(models), indent=1, allow_nan=False))  # NaN as null: strict JSON

@@ -20,13 +20,17 @@ import json
 import sys
 from argparse import Namespace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    from sa_conv.data.datamodule import CIFAR10DataModule
+    from sa_conv.models import Backbone
+    from sa_conv.training.module import ImageClassifier
 
 from experiments.cli import (
     ArgumentParser,
     UserError,
+    computing,
     data_flags,
     datamodule_of_checkpoint,
     main_guard,
@@ -38,17 +42,8 @@ from experiments.cli import (
     trained_model,
 )
 from experiments.cli.memory import MemoryUse
-from sa_conv.analysis.statistics import mcnemar, per_image
-from sa_conv.data.datamodule import CIFAR10DataModule
-from sa_conv.models import Backbone
-from sa_conv.nn.encodings import spectrum
-from sa_conv.nn.surgery import prune_model_heads
 from sa_conv.training.config import RunConfig, RunOptions
-from sa_conv.training.evaluation import evaluate
-from sa_conv.training.module import ImageClassifier
-from sa_conv.training.run import module_for, train
 from sa_conv.utils.files import write_json
-from sa_conv.utils.safe_load import run_config_of
 
 
 def build_parser() -> ArgumentParser:
@@ -96,6 +91,8 @@ def degenerate(backbone: Backbone) -> dict[int, list[int]]:
 def nearest_to_degenerate(backbone: Backbone) -> dict[str, dict[str, float]]:
     """Per layer (numbered from 1), how near its heads come to the rule: the largest condition number and
     the smallest largest eigenvalue of their inverse covariances (the rule: above 1000, below 1e-5)."""
+    from sa_conv.nn.encodings import spectrum
+
     nearest = {}
     for i, encoding in enumerate(backbone.encodings()):
         gaussians = encoding.head_gaussians() if encoding is not None else None
@@ -111,6 +108,8 @@ def nearest_to_degenerate(backbone: Backbone) -> dict[str, dict[str, float]]:
 
 def random_heads(heads_per_layer: list[int], pruned: dict[int, list[int]], seed: int) -> dict[int, list[int]]:
     """As many heads of each layer as ``pruned`` holds, drawn with ``seed`` among the others."""
+    import torch
+
     generator = torch.Generator().manual_seed(seed)
     control = {}
     for layer, heads in pruned.items():
@@ -124,6 +123,10 @@ def random_heads(heads_per_layer: list[int], pruned: dict[int, list[int]], seed:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    computing()  # the arguments are checked: now the heavy imports
+    from sa_conv.analysis.statistics import mcnemar, per_image
+    from sa_conv.utils.safe_load import run_config_of
+
     ckpt, module = trained_model(args.checkpoint, needs_attention="attention heads")
     config = RunConfig.from_dict(run_config_of(ckpt, args.checkpoint))
     backbone = module.backbone
@@ -187,6 +190,10 @@ def prune_and_fine_tune(
     args: Namespace,
 ) -> dict[str, Any]:
     """Test, prune, test, fine-tune (a run of its own) and test: the report's numbers."""
+    from sa_conv.nn.surgery import prune_model_heads
+    from sa_conv.training.evaluation import evaluate
+    from sa_conv.training.run import module_for, train
+
     backbone = module.backbone
     before = evaluate(module, datamodule)  # the run's own split, subset and augmentation
     prune_model_heads(backbone, pruned)

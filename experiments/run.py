@@ -16,6 +16,7 @@ from experiments.cli import (
     ArgumentParser,
     UserError,
     add_config_flags,
+    computing,
     data_flags,
     datamodule_from_flags,
     main_guard,
@@ -24,9 +25,6 @@ from experiments.cli.memory import MemoryUse
 from experiments.presets import SCALES, preset
 from sa_conv.models import MODELS
 from sa_conv.training.config import SECTIONS, RunConfig, RunOptions, dump_config, load_config
-from sa_conv.training.resume import find_resume
-from sa_conv.training.run import train
-from sa_conv.training.summary import RunSummary
 from sa_conv.utils.config import config_to_dict, field_types
 from sa_conv.utils.quote import quoted
 
@@ -171,6 +169,8 @@ def run_options(args: argparse.Namespace) -> RunOptions:
 
 def newest_checkpoint(output_dir: Path, config: RunConfig) -> Path | None:
     """The checkpoint ``--resume`` would continue from (a run of this config), if there is one."""
+    from sa_conv.training.resume import find_resume
+
     resume = find_resume("auto", output_dir, config, warn=lambda _message: None)
     return resume.path if resume is not None else None
 
@@ -181,7 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         print(dump_config(config), end="")
         return 0
-    options = run_options(args)
+    options = run_options(args)  # every argument checked: now the heavy imports
+    computing()
+    from sa_conv.training.resume import find_resume
+    from sa_conv.training.run import train
+
     datamodule = datamodule_from_flags(args, config)
     resume = None
     if args.resume is not None:
@@ -201,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def done_line(summary: RunSummary) -> str:
+def done_line(summary: Any) -> str:
     """The run's last line: its accuracy, time, speed and folder."""
     if summary.protocol == "paper":
         accuracy = f"best test acc {summary.best_test_acc:.4f} | final test acc {summary.final_test_acc:.4f}"

@@ -11,19 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
-
-from experiments.benchmark.data import bench_data
-from experiments.benchmark.layers import BASELINE, bench_scaling, bench_variants
-from experiments.benchmark.recording import bench_recording
-from experiments.benchmark.report import print_report
-from experiments.benchmark.steps import bench_allocator, bench_model_steps, bench_training_step
-from experiments.benchmark.tools import SCALES
-from experiments.cli import ArgumentParser, output_file, positive_int
-from sa_conv.training.precision import flush_denormals
-from sa_conv.utils.allocator import keep_freed_memory
+from experiments.cli import ArgumentParser, computing, output_file, positive_int
 from sa_conv.utils.files import write_json
-from sa_conv.utils.machine import hardware
 
 __all__ = ["SECTIONS", "main"]
 
@@ -34,9 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     """Measure the sections asked for, print the report and write it with ``--json``."""
     parser = ArgumentParser(prog="python -m experiments.benchmark", description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cpu", "cuda")
+        "--device", choices=("cpu", "cuda"), help="where to measure (default: cuda where there is a GPU)"
     )
-    parser.add_argument("--scale", default="paper", choices=tuple(SCALES))
+    parser.add_argument("--scale", default="paper", choices=("paper", "tiny"))
     parser.add_argument("--json", type=output_file, help="also write the results here")
     parser.add_argument(
         "--models-scale",
@@ -59,6 +48,20 @@ def main(argv: list[str] | None = None) -> int:
         "(a smoke run; default: about --scale's time per measurement, the best of 3 rounds)",
     )
     args = parser.parse_args(argv)
+    computing()  # the arguments are checked: now the heavy imports
+    import torch
+
+    from experiments.benchmark.data import bench_data
+    from experiments.benchmark.layers import BASELINE, bench_scaling, bench_variants
+    from experiments.benchmark.recording import bench_recording
+    from experiments.benchmark.report import print_report
+    from experiments.benchmark.steps import bench_allocator, bench_model_steps, bench_training_step
+    from experiments.benchmark.tools import SCALES
+    from sa_conv.training.precision import flush_denormals
+    from sa_conv.utils.allocator import keep_freed_memory
+    from sa_conv.utils.machine import hardware
+
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA device on this machine")
     device = torch.device(args.device)

@@ -21,7 +21,7 @@ from experiments.cli.data import (
     datamodule_from_flags,
     datamodule_of_checkpoint,
 )
-from experiments.cli.guard import UserError, main_guard
+from experiments.cli.guard import UserError, computing, main_guard
 from experiments.cli.memory import MemoryUse, is_out_of_memory
 from experiments.cli.trained import trained_model
 
@@ -32,6 +32,7 @@ __all__ = [
     "UserError",
     "add_config_flags",
     "check_data_dir",
+    "computing",
     "data_flags",
     "data_note",
     "datamodule_from_flags",

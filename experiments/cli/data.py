@@ -10,7 +10,6 @@ from typing import Any
 from experiments.cli.arguments import positive_int
 from experiments.cli.guard import UserError
 from sa_conv.training.config import RunConfig
-from sa_conv.utils.safe_load import run_config_of
 
 __all__ = [
     "DEFAULT_DATA_DIR",
@@ -74,6 +73,7 @@ def datamodule_of_checkpoint(
     config's split, subset, protocol, augmentation and seed; ``batch_size`` replaces the run's training
     and evaluation batches."""
     from sa_conv.training.run import datamodule_for
+    from sa_conv.utils.safe_load import run_config_of
 
     trained = ckpt.get("datamodule_hyper_parameters") or {}
     synthetic = args.synthetic or (args.data_dir is None and trained.get("source") == "synthetic")

@@ -14,35 +14,47 @@ from collections.abc import Callable
 from typing import Any
 
 from experiments.cli.memory import is_out_of_memory, memory_device, out_of_memory_line
+from sa_conv.utils.errors import CheckpointError, DataError, RankLostError, RunInterruptedError
 from sa_conv.utils.files import is_disk_full
-from sa_conv.utils.safe_load import CheckpointError
 
 # what pulls in Lightning and the data stack (seconds) is imported where it is used, so that --help
 # and an error in the flags answer at once
 
-__all__ = ["UserError", "main_guard", "quiet_disk_full_threads", "quiet_libraries"]
+__all__ = ["UserError", "computing", "main_guard", "quiet_disk_full_threads", "quiet_libraries"]
 
 
 class UserError(RuntimeError):
     """Bad input from the user: reported as one line, no traceback."""
 
 
-def _user_errors() -> tuple[type[BaseException], ...]:
-    from lightning_fabric.utilities.exceptions import MisconfigurationException
+_USER_ERRORS: tuple[type[BaseException], ...] = (
+    UserError,
+    ValueError,
+    DataError,
+    RankLostError,
+    CheckpointError,
+    FloatingPointError,
+    OSError,  # file system: a missing, unwritable or full path
+)
+# Lightning's own bad-configuration error, where Lightning is loaded (never imported to find out)
+_LIGHTNING_ERRORS = (("lightning_fabric.utilities.exceptions", "MisconfigurationException"),)
 
-    from sa_conv.data.datamodule import DataError
-    from sa_conv.training.signals import RankLostError
 
-    return (
-        UserError,
-        ValueError,
-        DataError,
-        RankLostError,
-        CheckpointError,
-        FloatingPointError,
-        OSError,  # file system: a missing, unwritable or full path
-        MisconfigurationException,
-    )
+def _is_user_error(err: BaseException) -> bool:
+    """Whether ``err`` is bad input the user can fix (one line), asked without importing anything."""
+    if isinstance(err, _USER_ERRORS):
+        return True
+    loaded = (getattr(sys.modules.get(module), name, None) for module, name in _LIGHTNING_ERRORS)
+    return any(isinstance(cls, type) and isinstance(err, cls) for cls in loaded)
+
+
+def computing() -> None:
+    """What a command does once its arguments are checked, before its first tensor operation: float32
+    denormals flushed to zero on the CPU, as the runs compute (before any parallel op starts the intra-op
+    threads, which copy the CPU mode). Imports torch."""
+    from sa_conv.training.precision import flush_denormals
+
+    flush_denormals()
 
 
 def _message(err: BaseException) -> str:
@@ -59,41 +71,37 @@ def main_guard(main: Callable[[list[str] | None], int | None]) -> Callable[[list
     where a checkpoint exists. ``--debug`` anywhere shows the full traceback instead."""
 
     def wrapped(argv: list[str] | None = None) -> int:
-        from sa_conv.training.precision import flush_denormals
-        from sa_conv.training.signals import RunInterruptedError
-
-        flush_denormals()  # before any parallel op starts the intra-op threads, which copy the CPU mode
         quiet_libraries()
         quiet_disk_full_threads()
         argv = list(sys.argv[1:] if argv is None else argv)
         debug = "--debug" in argv
         try:
             return main(argv) or 0
+        except KeyboardInterrupt:
+            print("error: interrupted", file=sys.stderr)
+            return 130
+        except SystemExit as exit_:  # argparse: --help (0) or a one-line usage error (2)
+            code = exit_.code
+            return code if isinstance(code, int) else (0 if code is None else 1)
         except RunInterruptedError as err:
             if debug:
                 raise
             # a requested stop, not an error: say where it stopped and how to go on
             print(f"stopped: {err}; resume with the same command and --resume", file=sys.stderr)
             return 130 if err.signal == "SIGINT" else 143
-        except _user_errors() as err:
-            if debug:
-                raise
-            print(f"error: {_message(err)}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            print("error: interrupted", file=sys.stderr)
-            return 130
         except (RecursionError, OverflowError) as err:  # input the readers' bounds did not foresee
             if debug:
                 raise
             what = "nested too deeply to read" if isinstance(err, RecursionError) else "a number out of range"
             print(f"error: the input holds {what} ({str(err)[:80]}); --debug shows where", file=sys.stderr)
             return 1
-        except SystemExit as exit_:  # argparse: --help (0) or a one-line usage error (2)
-            code = exit_.code
-            return code if isinstance(code, int) else (0 if code is None else 1)
-        except (RuntimeError, MemoryError) as err:
-            if debug or not is_out_of_memory(err):
+        except Exception as err:
+            if debug:
+                raise
+            if _is_user_error(err):
+                print(f"error: {_message(err)}", file=sys.stderr)
+                return 1
+            if not is_out_of_memory(err):
                 raise
             where, use = memory_device(err), getattr(err, "memory_use", None)
         # out of memory: the line is made once the error (and the batch's tensors its frames hold) is gone

@@ -27,17 +27,12 @@ from experiments.cli import (
     ArgumentParser,
     UserError,
     check_data_dir,
+    computing,
     output_folder,
     positive_int,
 )
 from experiments.presets import SCALES
 from experiments.study.entries import STUDIES, Entry
-from experiments.study.figures import render_figures, scale_figures
-from experiments.study.report import report_unfinished
-from experiments.study.runs import StudySettings, finished, newest_resume, run_entry
-from experiments.study.tables import ResultsTables
-from experiments.study.weights import carry, ship_run
-from sa_conv.models.weights import weights_dir
 
 __all__ = ["build_parser", "main", "runs_asked"]
 
@@ -46,6 +41,8 @@ COMMITTED_RESULTS = Path("results")  # the study's tables in the checkout (it ru
 
 def build_parser() -> ArgumentParser:
     """The study's command line."""
+    from sa_conv.models.weights_folder import weights_dir
+
     parser = ArgumentParser(prog="python -m experiments.study", description=__doc__.splitlines()[0])
     parser.add_argument("--scale", default="tiny", choices=SCALES)
     parser.add_argument(
@@ -104,6 +101,15 @@ def main(argv: list[str] | None = None) -> int:
         check_data_dir(args.data_dir)
     if args.synthetic and args.out.resolve() == COMMITTED_RESULTS.resolve():
         raise UserError("--synthetic: name an --out folder (synthetic rows never go in results/)")
+    entries, order = runs_asked(args)
+    computing()  # the arguments are checked: now the heavy imports
+    from experiments.study.figures import render_figures, scale_figures
+    from experiments.study.report import report_unfinished
+    from experiments.study.runs import StudySettings, finished, newest_resume, run_entry
+    from experiments.study.tables import ResultsTables
+    from experiments.study.weights import carry, ship_run
+    from sa_conv.models.weights_folder import weights_dir
+
     weights = args.weights or (args.out / "weights" if args.synthetic else weights_dir())
     settings = StudySettings(
         scale=args.scale,
@@ -115,7 +121,6 @@ def main(argv: list[str] | None = None) -> int:
         weights=weights,
         no_figures=args.no_figures,
     )
-    entries, order = runs_asked(args)
     scale = settings.scale
     if args.carry:  # before any table is read: carrying needs only the runs' checkpoints
         for entry, seed in order:

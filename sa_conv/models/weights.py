@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from sa_conv.models import MODELS as REGISTRY
 from sa_conv.models import Backbone, model_config
+from sa_conv.models.weights_folder import weights_dir
 from sa_conv.utils.files import atomic_write
 from sa_conv.utils.json_values import is_json, json_kind
 from sa_conv.utils.quote import quoted
@@ -49,11 +50,6 @@ __all__ = [
 
 FORMAT = "sa-conv weights 1"  # the metadata layout of a weights file
 MAX_MANIFEST_BYTES = 16 * 2**20  # the manifest of every shipped model takes about 100 KB
-
-
-def weights_dir() -> Path:
-    """The folder of shipped weights: ``$SA_CONV_WEIGHTS``, else ``weights/`` of the checkout."""
-    return Path(os.environ.get("SA_CONV_WEIGHTS") or Path(__file__).resolve().parents[2] / "weights")
 
 
 def sha256_of(path: Path) -> str:

@@ -19,6 +19,8 @@ from typing import Any
 import pytorch_lightning as pl
 from pytorch_lightning.strategies import DDPStrategy
 
+from sa_conv.utils.errors import RankLostError, RunInterruptedError
+
 __all__ = [
     "RankLostError",
     "RankRecord",
@@ -29,14 +31,6 @@ __all__ = [
     "sigint_as_sigterm",
     "stopping_line",
 ]
-
-
-class RunInterruptedError(RuntimeError):
-    """The run was stopped by SIGTERM or SIGINT; a checkpoint to resume from was saved."""
-
-    def __init__(self, run_dir: Path, checkpoint: Path, step: int, signal: str) -> None:
-        super().__init__(f"{signal} at step {step}: saved {checkpoint}")
-        self.run_dir, self.checkpoint, self.step, self.signal = run_dir, checkpoint, step, signal
 
 
 def stopping_line(step_seconds: float | None) -> str:
@@ -81,10 +75,6 @@ def sigint_as_sigterm(acknowledge: Callable[[], str] | None = None) -> Iterator[
         yield received
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-class RankLostError(RuntimeError):
-    """A rank of a distributed run is gone (killed, out of memory, a lost node): this one stopped too."""
 
 
 class RankRecord(pl.Callback):

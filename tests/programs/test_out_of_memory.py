@@ -14,7 +14,10 @@ from helpers import QUIET, TINY, call, one_line_error, train
 from experiments import convert, evaluate, explore, figures, prune, run, study
 from experiments.cli import main_guard
 from experiments.study import runs as study_runs
+from sa_conv.analysis import explorer as explorer_module
+from sa_conv.analysis import maps as maps_module
 from sa_conv.models.sa_classifier import SAClassifier
+from sa_conv.nn import conversion as conversion_module
 from sa_conv.training.module import ImageClassifier
 from sa_conv.training.resume import Resume
 
@@ -145,7 +148,7 @@ def test_evaluation_out_of_memory_names_the_batch_size_and_the_lower_one_evaluat
 def test_figures_and_explorer_out_of_memory_name_their_images(
     checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    maps, page = figures.attention_maps_of, explore.explorer_data
+    maps, page = maps_module.attention_maps_of, explorer_module.explorer_data
 
     def at_most(limit: int, work: Callable[..., object]) -> Callable[..., object]:
         def limited(backbone: object, images: torch.Tensor, *args: object, **kwargs: object) -> object:
@@ -155,7 +158,7 @@ def test_figures_and_explorer_out_of_memory_name_their_images(
 
         return limited
 
-    monkeypatch.setattr(explore, "explorer_data", at_most(4, page))
+    monkeypatch.setattr(explorer_module, "explorer_data", at_most(4, page))
     argv = [str(checkpoint), "--out", str(tmp_path / "page.html")]
     code, _, err = call(explore, argv, capsys)  # 8 images by default
     assert (
@@ -165,7 +168,7 @@ def test_figures_and_explorer_out_of_memory_name_their_images(
     code, _, err = call(explore, [*argv, "--images", "4"], capsys)
     assert code == 0 and (tmp_path / "page.html").is_file(), err
     # a positional model's maps need one image (a blank one): nothing smaller to ask for
-    monkeypatch.setattr(figures, "attention_maps_of", at_most(0, maps))
+    monkeypatch.setattr(maps_module, "attention_maps_of", at_most(0, maps))
     code, _, err = call(figures, [str(checkpoint), "--out", str(tmp_path / "figures")], capsys)
     assert one_line_error(code, err) == (
         "error: out of memory on the GPU at batch size 1: not even one image fits: free memory or use a "
@@ -205,7 +208,7 @@ def test_conversion_out_of_memory_names_its_batch_flag(
     def no_memory(*args: object, **kwargs: object) -> None:
         raise MemoryError()
 
-    monkeypatch.setattr(convert, "conv_to_attention", no_memory)
+    monkeypatch.setattr(conversion_module, "conv_to_attention", no_memory)
     code, _, err = call(convert, ["--batch", "6"], capsys)
     assert (
         one_line_error(code, err)

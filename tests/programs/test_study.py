@@ -19,7 +19,7 @@ import pytest
 from experiments import study
 from experiments.cli import UserError
 from experiments.study import STUDIES, Entry
-from experiments.study import command as study_command
+from experiments.study import runs as study_runs
 from experiments.study.tables import (
     ResultsTables,
     comparisons,
@@ -152,8 +152,8 @@ def test_an_only_run_keeps_the_other_entries_finished_rows(
         trained.append((entry.name, seed))
         return dataclasses.replace(metrics(entry, seed), test_acc=0.99)
 
-    monkeypatch.setattr(study_command, "finished", fake_finished)
-    monkeypatch.setattr(study_command, "run_entry", fake_run)
+    monkeypatch.setattr(study_runs, "finished", fake_finished)
+    monkeypatch.setattr(study_runs, "run_entry", fake_run)
     out = tmp_path / "results"
     argv = ["--scale", "small", "--synthetic", "--out", str(out), "--only", only, "--no-figures"]
     assert study.main(argv + (["--report"] if report else [])) == 0
@@ -402,8 +402,8 @@ def test_two_studies_of_a_scale_at_once_keep_each_others_rows(
             both_started.wait(timeout=60)
         return _fake_metrics(entry, seed, "small", 0.5 + seed / 10)
 
-    monkeypatch.setattr(study_command, "finished", lambda entry, seed, args: None)
-    monkeypatch.setattr(study_command, "run_entry", fake_run)
+    monkeypatch.setattr(study_runs, "finished", lambda entry, seed, args: None)
+    monkeypatch.setattr(study_runs, "run_entry", fake_run)
     out = tmp_path / "results"
     argv = ["--scale", "small", "--synthetic", "--out", str(out), "--no-figures", "--only"]
     procs = [ctx.Process(target=_exit_with, args=(study.main, [*argv, n])) for n in ("quadratic", "learned")]

@@ -156,13 +156,14 @@ def test_the_gpus_dense_peak(monkeypatch) -> None:
 
 
 def test_every_command_flushes_denormals_before_it_computes():
-    """The command-line wrapper sets the CPU's flush-to-zero mode first thing (the math library's worker
-    threads copy the mode when they start): in a fresh process, a denormal times one is zero after it."""
+    """Every command, once its arguments are checked, sets the CPU's flush-to-zero mode before it computes
+    (``computing``: the math library's worker threads copy the mode when they start): in a fresh
+    process, a denormal times one is zero after it."""
     import subprocess
     import sys
 
     probe = (
-        "import torch; from experiments.cli import main_guard; {call}"
+        "import torch; from experiments.cli import computing; {call}"
         "print(float((torch.tensor([1e-39]) * 1.0).item()))"
     )
 
@@ -174,4 +175,4 @@ def test_every_command_flushes_denormals_before_it_computes():
         return float(out.stdout.strip().splitlines()[-1])
 
     assert after("") == pytest.approx(1e-39, rel=1e-3)  # the default mode keeps denormals
-    assert after("main_guard(lambda argv: 0)([]); ") == 0.0
+    assert after("computing(); ") == 0.0

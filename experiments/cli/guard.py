@@ -16,6 +16,7 @@ from typing import Any
 from experiments.cli.memory import is_out_of_memory, memory_device, out_of_memory_line
 from sa_conv.utils.errors import CheckpointError, DataError, RankLostError, RunInterruptedError
 from sa_conv.utils.files import is_disk_full
+from sa_conv.utils.stopping import EXIT_CODES, StoppedOutsideTraining, stop_line, stopping_at_once
 
 # what pulls in Lightning and the data stack (seconds) is imported where it is used, so that --help
 # and an error in the flags answer at once
@@ -76,10 +77,14 @@ def main_guard(main: Callable[[list[str] | None], int | None]) -> Callable[[list
         argv = list(sys.argv[1:] if argv is None else argv)
         debug = "--debug" in argv
         try:
-            return main(argv) or 0
+            with stopping_at_once():
+                return main(argv) or 0
         except KeyboardInterrupt:
-            print("error: interrupted", file=sys.stderr)
-            return 130
+            print(stop_line("SIGINT"), file=sys.stderr)
+            return EXIT_CODES["SIGINT"]
+        except StoppedOutsideTraining as err:
+            print(stop_line(str(err)), file=sys.stderr)
+            return EXIT_CODES[str(err)]
         except SystemExit as exit_:  # argparse: --help (0) or a one-line usage error (2)
             code = exit_.code
             return code if isinstance(code, int) else (0 if code is None else 1)

@@ -29,6 +29,7 @@ from sa_conv.data.sources import Source
 from sa_conv.models import ResNetConfig, SAConfig
 from sa_conv.models.footprint import check_fits, footprint
 from sa_conv.training.callbacks import AttentionFigures, TrainingProgress
+from sa_conv.training.progress_bar import RunProgressBar
 from sa_conv.training.checkpoints import (
     AtomicCheckpointIO,
     InterruptCheckpoint,
@@ -245,6 +246,8 @@ def _callbacks(
     ranks = RankRecord(options.output_dir / ".ranks")
     extra = [LearningRateMonitor(logging_interval="step"), progress, ResumableRNG(), RelocatedResume(), ranks]
     extra.append(RunConfigRecord(config.to_dict()))
+    if not lines:
+        extra.append(RunProgressBar())
     everything = [best, *latest, interrupt, *extra, *([figures] if figures else [])]
     return _Callbacks(everything, best, interrupt, progress, figures, ranks)
 
@@ -333,6 +336,8 @@ def _announce(
     world, pace = trainer.world_size, progress.pace
     batches = datamodule.train_batches(world, trainer.limit_train_batches)
     total = schedule_length(batches, max_epochs=trainer.max_epochs, max_steps=trainer.max_steps)
+    if resume is not None and resume.step >= total and trainer.is_global_zero:
+        print(f"the run had finished training (step {resume.step:,} of {total:,}): it is tested again")
     device = trainer.strategy.root_device
     rate = matmul_flops_per_s(device, product_dtype(config.precision, device.type)) * world
     seconds = flop_projection(

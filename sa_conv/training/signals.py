@@ -20,6 +20,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.strategies import DDPStrategy
 
 from sa_conv.utils.errors import RankLostError, RunInterruptedError
+from sa_conv.utils.stopping import while_training
 
 __all__ = [
     "RankLostError",
@@ -72,7 +73,8 @@ def sigint_as_sigterm(acknowledge: Callable[[], str] | None = None) -> Iterator[
         yield received
         return
     try:
-        yield received
+        with while_training():
+            yield received
     finally:
         signal.signal(signal.SIGINT, previous)
 

@@ -29,7 +29,6 @@ from sa_conv.data.sources import Source
 from sa_conv.models import ResNetConfig, SAConfig
 from sa_conv.models.footprint import check_fits, footprint
 from sa_conv.training.callbacks import AttentionFigures, TrainingProgress
-from sa_conv.training.progress_bar import RunProgressBar
 from sa_conv.training.checkpoints import (
     AtomicCheckpointIO,
     InterruptCheckpoint,
@@ -46,6 +45,7 @@ from sa_conv.training.precision import (
     settle_precision,
     warn_slow_bf16,
 )
+from sa_conv.training.progress_bar import RunProgressBar
 from sa_conv.training.resume import Resume, check_same_data
 from sa_conv.training.signals import (
     RankRecord,

@@ -1,4 +1,4 @@
-"""Render every attention figure of a checkpoint to PNG files named after the model.
+"""Render every attention figure of a checkpoint to PNG files named after the run (model, scale, seed).
 
 python -m experiments.figures CKPT [--out figures/] [--name NAME] [--query ROW COL] [--images N]
                                    [--data-dir DIR]
@@ -36,7 +36,9 @@ def build_parser() -> ArgumentParser:
     parser.add_argument(
         "--out", type=Path, default=Path("figures"), help="folder of the PNGs (default figures/)"
     )
-    parser.add_argument("--name", help="file name prefix (default: the model's name)")
+    parser.add_argument(
+        "--name", help="file name prefix (default: the run's SCALE_MODEL-seedN, e.g. small_quadratic-seed0)"
+    )
     parser.add_argument(
         "--query", type=int, nargs=2, metavar=("ROW", "COL"), help="query pixel of the token grid"
     )
@@ -60,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         locality_queries,
         lr_schedule_of,
     )
+    from sa_conv.utils.safe_load import run_config_of
 
     if args.out.exists() and not args.out.is_dir():
         raise UserError(f"--out {args.out} is a file, not a folder")
@@ -68,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     history = history_of(ckpt)  # checked before any file is written
     backbone = module.backbone.eval()
     model = ckpt["hyper_parameters"]["model"]
+    run = run_config_of(ckpt, args.checkpoint)
     side = backbone.config.grid
     if args.query is not None and not all(0 <= v < side for v in args.query):
         raise UserError(f"--query {args.query[0]} {args.query[1]} is outside the {side}x{side} token grid")
@@ -79,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         data = datamodule_of_checkpoint(ckpt, args)
         images, _ = data.evaluation_images(args.images)
         print(data_note(data, ckpt), file=sys.stderr)
-    name = args.name or model
+    name = args.name or f"{run.get('scale', 'custom')}_{model}-seed{run.get('seed', 0)}"  # as the study's
     args.out.mkdir(parents=True, exist_ok=True)
     written, scalars = [], {}
     query = tuple(args.query) if args.query else None

@@ -78,6 +78,7 @@ def model_page(name: str, entry: dict[str, Any], data_dir: Path, out: Path) -> P
         "test_acc": entry["test_acc"],
         "test_note": f"on the {entry['n_test_images']} test images, the shipped weights",
         "images_note": note,
+        "back": "../" * name.count("/") + "index.html",  # the page lies at <out>/<name>.html
     }
     budget = 18.0
     if backbone.input_dependent:
@@ -97,7 +98,8 @@ def locality_cell(row: dict[str, Any] | None) -> str:
     for i, layer in enumerate(row["layers"]):
         cell = f"L{i + 1}: {layer['sharp_heads']}/{layer['heads']} sharp"
         if "sharp_distinct_taps" in layer:
-            cell += f" on {layer['sharp_distinct_taps']} taps"
+            taps = layer["sharp_distinct_taps"]
+            cell += f" on {taps} tap{'' if taps == 1 else 's'}"
         cell += f", {layer['mean_distance']:.2f} px"
         if "median_alpha" in layer:
             cell += f", alpha {layer['median_alpha']:.2f}"
@@ -133,7 +135,7 @@ def index_page(
         link = (
             f'<a href="{html.escape(page.relative_to(out).as_posix())}">{html.escape(name)}</a>'
             if page
-            else name
+            else f"{html.escape(name)}<br><small>no attention: no explorer page</small>"
         )
         lines.append(
             f"<tr><td>{link}</td><td>{entry['model']}</td><td>{entry['epochs']}</td>"

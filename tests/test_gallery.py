@@ -53,7 +53,8 @@ def test_the_gallery_has_a_page_per_model_and_an_index_linking_them(shipped, tmp
     out = tmp_path / "gallery"
     results = tmp_path / "results"
     results.mkdir()
-    row = {"name": "quadratic", "seed": 0, "layers": [{"sharp_heads": 3, "heads": 4, "mean_distance": 1.25}]}
+    layer = {"sharp_heads": 3, "heads": 4, "sharp_distinct_taps": 1, "mean_distance": 1.25}
+    row = {"name": "quadratic", "seed": 0, "layers": [layer]}
     (results / "tiny.json").write_text(json.dumps([row]))
     code, _, err = call(gallery, ["--out", str(out), "--results", str(results)], capsys)
     assert code == 0, err
@@ -61,11 +62,19 @@ def test_the_gallery_has_a_page_per_model_and_an_index_linking_them(shipped, tmp
     assert pages == ["index.html", "tiny/learned-content-seed0.html", "tiny/quadratic-seed0.html"]
     assert sorted(links_of(out / "index.html")) == pages[1:]
     index = (out / "index.html").read_text()
-    assert "L1: 3/4 sharp, 1.25 px" in index  # the committed locality row, beside its model
+    assert "L1: 3/4 sharp on 1 tap, 1.25 px" in index  # the committed locality row, beside its model
     page = (out / "tiny/quadratic-seed0.html").read_text()
+    assert '"back":"../index.html"' in page  # the page links back to the index beside it
     assert "synthetic images (CIFAR-10 is not here" in page  # no data here: said on the page
     assert (out / "tiny/quadratic-seed0.html").stat().st_size < 0.3 * 2**20  # positional: small
     assert (out / "tiny/learned-content-seed0.html").stat().st_size < 2.5 * 2**20  # content: a budget
+
+
+def test_a_model_without_attention_is_named_in_the_index_with_why_it_has_no_page(tmp_path) -> None:
+    entry = {"model": "resnet18", "epochs": 15, "precision": "32-true", "test_acc": 0.8, "params": 1e6}
+    index = gallery.index_page({"small/resnet18-seed0": entry}, {"small/resnet18-seed0": None}, {}, tmp_path)
+    assert "small/resnet18-seed0<br><small>no attention: no explorer page</small>" in index
+    assert "href" not in index
 
 
 @pytest.mark.parametrize(
@@ -112,6 +121,8 @@ def render_all(index: Path, models: int) -> list[str]:
         for link in links_of(index):
             view.goto((index.parent / link).resolve().as_uri())
             view.wait_for_selector("body[data-rendered]", state="attached", timeout=60_000)
+            view.get_by_text("every shipped model").click()  # the way back
+            assert view.url == index.resolve().as_uri()
         browser.close()
     return errors
 
@@ -134,7 +145,10 @@ def test_the_committed_gallery_links_every_shipped_model() -> None:
     with_attention = [n for n, e in manifest.items() if e["model"] != "resnet18"]
     assert sorted(names) == sorted(with_attention)
     text = index.read_text()
-    rows = [f"<td>{name}</td>" if name not in with_attention else f">{name}</a></td>" for name in manifest]
+    rows = [
+        f"<td>{name}<br><small>no attention" if name not in with_attention else f">{name}</a></td>"
+        for name in manifest
+    ]
     assert all(row in text for row in rows)  # a row for every model, with a page or not
 
 

@@ -108,6 +108,8 @@ def data_note(datamodule: Any, ckpt: dict[str, Any]) -> str:
     counts = f"train {now['train']}, val {now['val']}, test {now['test']} images"
     line = f"data: {where} ({counts}, sha256 {now['sha256'][:12]})"
     stored = data_fingerprint_of(ckpt)
+    if stored is None and "weights_file" in ckpt:  # shipped weights: the model and its config, no data record
+        return f"{line}; shipped weights keep no fingerprint of the CIFAR-10 they trained on to compare with"
     if stored is None:
         return f"{line}; the checkpoint does not record its data"
     differs = data_difference(stored, now)

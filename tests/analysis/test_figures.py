@@ -297,9 +297,9 @@ def test_figures_cli_renders_pngs_without_data_for_a_positional_model(logged_run
     ckpt = logged_run / "checkpoints" / "last.ckpt"
     assert main_guard(figures.main)([str(ckpt), "--out", str(tmp_path), "--query", "3", "4"]) == 0  # no data
     names = {p.name for p in tmp_path.iterdir()}
-    expected = {"quadratic_grid.png", "quadratic_layer1.png", "quadratic_layer2.png", "quadratic_centres.png"}
-    assert expected | {"quadratic_locality.png", "quadratic_locality_over_training.png"} <= names
-    scalars = json.loads((tmp_path / "quadratic_locality.json").read_text())
+    figures_of = ("grid", "layer1", "layer2", "centres", "locality", "locality_over_training")
+    assert {f"tiny_quadratic-seed0_{f}.png" for f in figures_of} <= names  # named after the run's scale, seed
+    scalars = json.loads((tmp_path / "tiny_quadratic-seed0_locality.json").read_text())
     assert 0 <= scalars["locality/layer1/sharp_fraction"] <= 1
     # a quadratic head peaks on the pixel nearest its centre, at every interior query where that is inside
     backbone = module_from_checkpoint(read_checkpoint(ckpt)).backbone

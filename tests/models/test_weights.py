@@ -101,10 +101,13 @@ def test_every_command_takes_a_shipped_name(shipped: dict, tmp_path: Path, capsy
     assert '"checkpoint":"tiny/quadratic-seed0"' in page.read_text()
     assert f'"test_acc":{shipped["test_acc"]}' in page.read_text()
     code, out, err = call(figures, [NAME, "--out", str(tmp_path / "figs")], capsys)
-    assert code == 0 and (tmp_path / "figs" / "quadratic_layer1.png").is_file(), err
-    assert (tmp_path / "figs" / "quadratic_locality_over_training.png").is_file()  # the shipped history
+    assert code == 0 and (tmp_path / "figs" / "tiny_quadratic-seed0_layer1.png").is_file(), err
+    assert (
+        tmp_path / "figs" / "tiny_quadratic-seed0_locality_over_training.png"
+    ).is_file()  # the shipped history
     code, out, err = call(evaluate, [NAME, "--synthetic", "--json"], capsys)
     assert code == 0 and 0.0 <= json.loads(out)["accuracy"] <= 1.0, err
+    assert "shipped weights keep no fingerprint" in err and "does not record" not in err
     code, out, err = call(convert, ["--checkpoint", NAME, "--to-conv", "--synthetic"], capsys)
     assert code == 0 and "layer 2: conv-likeness of each head" in out, err
     code, out, err = call(models, [], capsys)

@@ -40,7 +40,7 @@ def test_a_new_encoding_is_one_class_and_one_registry_line(monkeypatch, tmp_path
     assert metrics["config"]["model_config"]["encoding"] == "manhattan" and metrics["layers"][0]["heads"] == 3
     ckpt = out / "quadratic/version_0/checkpoints/last.ckpt"
     assert main_guard(figures.main)([str(ckpt), "--out", str(tmp_path / "fig")]) == 0
-    assert (tmp_path / "fig" / "quadratic_layer1.png").is_file()
+    assert (tmp_path / "fig" / "tiny_quadratic-seed0_layer1.png").is_file()
     trained = torch.load(ckpt, weights_only=True)["state_dict"]["backbone.blocks.0.attention.encoding.beta"]
     config = RunConfig.from_dict(metrics["config"])
     pl.seed_everything(config.seed, verbose=False)  # the run's initial weights, again

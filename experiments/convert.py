@@ -221,7 +221,12 @@ def sweep(conv: nn.Module, x: Tensor, expected: Tensor, args) -> int:
     if exact is not None:
         print(f"bit-exact from alpha {exact}: every off-target weight below float32 resolution")
     elif args.impl != "reference":
-        print("(bit-exact agreement needs --impl reference: the fused path sums the heads in another order)")
+        print(
+            "(not bit-exact: the fused path sums the heads in another order than the convolution; "
+            "--impl reference is, where this CPU's convolution sums in its order)"
+        )
+    else:
+        print("(not bit-exact on this CPU: its convolution sums the taps in another order; float32 rounding)")
     return 0 if first is not None else 1
 
 

@@ -3,7 +3,7 @@
 - ``paper``: the paper's run.sh (6 layers, 9 heads, hidden 400, batch 100, 300 epochs; ResNet18: lr / 10
   at epochs 80, 150, 250). Hours per epoch on a CPU: a GPU scale.
 - ``small``: the CPU scale where the paper's phenomenon shows (trained quadratic heads localize): the
-  tiny architecture on every training image for 15 epochs, about an hour per positional model on 2 CPU
+  tiny architecture on every training image for 15 epochs, about 45 minutes per positional model on 2 CPU
   cores. The paper's optimizer, schedule, init and augmentation; attention dropout off (see below).
 - ``small6``: the paper's depth at the ``small`` width: 6 layers of width 64 (FFN 128), 9 heads, the
   small recipe (every training image, 15 epochs, attention dropout off). Measured in float32 on 2 Xeon

@@ -33,7 +33,8 @@ _TOP_LEVEL = ("model", "scale", "model_config", *SECTIONS)
 
 PROG = "python -m experiments.run"
 SLOW_HINT = (
-    "On a 2-core CPU, --scale tiny trains in minutes, --scale small in about an hour per positional model, "
+    "On a 2-core CPU, --scale tiny trains in about 2 minutes, --scale small in about 45 minutes per "
+    "positional model, "
     "--scale small6 (the paper's 6 layers) in about 2 hours with 9 heads and 2.5 with 16 (alone; about "
     "twice that beside another run)."
 )
@@ -100,8 +101,8 @@ def build_parser(base: RunConfig | None) -> ArgumentParser:
         usage=f"{PROG} MODEL [--scale SCALE] [--config FILE] [--print-config] [--resume [PATH]] [options]",
         description=f"Train a model on CIFAR-10. Models: {models}. Scales: {', '.join(SCALES)} (paper = the "
         "paper's run.sh, a GPU scale; small = 2 layers of width 64, the CPU scale where heads localize, "
-        "about an hour per positional model on 2 cores; small6 = the same at the paper's 6 layers, about 2 "
-        "hours with 9 heads and 2.5 with 16 alone on 2 cores; tiny = minutes, a smoke test). "
+        "about 45 minutes per positional model on 2 cores; small6 = the same at the paper's 6 layers, "
+        "about 2 hours with 9 heads and 2.5 with 16 alone on 2 cores; tiny = about 2 minutes, a smoke test). "
         "Name a model before --help to see its options with the preset's values.",
     )
     parser.add_argument("model", nargs="?" if base is not None else None, help=f"one of: {models}")

@@ -6,9 +6,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import torch
+
 from sa_conv.data.fingerprint import data_difference
 from sa_conv.training.checkpoints import module_from_checkpoint
 from sa_conv.training.config import RunConfig, config_difference
+from sa_conv.training.module import ImageClassifier
+from sa_conv.utils.quote import quoted
 from sa_conv.utils.safe_load import CheckpointError, read_checkpoint, run_config_of
 
 __all__ = ["Resume", "check_same_data", "data_fingerprint_of", "find_resume"]
@@ -68,10 +72,54 @@ def _checked(path: Path, ckpt: dict[str, Any], wanted: dict[str, Any]) -> dict[s
         shown = "; ".join(differs[:4]) + (f"; and {len(differs) - 4} more" if len(differs) > 4 else "")
         raise CheckpointError(f"{path} is a run with other options: {shown}")
     try:
-        module_from_checkpoint(ckpt)
+        module = module_from_checkpoint(ckpt)
+        check_training_state(ckpt, module)
     except CheckpointError as err:
         raise CheckpointError(f"{path}: {err}") from None
     return stored
+
+
+MAX_COUNT = 10**12  # steps or epochs a checkpoint may record
+
+
+def check_training_state(ckpt: dict[str, Any], module: ImageClassifier) -> None:
+    """The training state Lightning restores, checked before it does: the step and epoch counts, and the
+    optimizer's state, one dense buffer of its parameter's shape per parameter; ``CheckpointError``."""
+    for key in ("global_step", "epoch"):
+        value = ckpt.get(key, 0)
+        if type(value) is not int or not 0 <= value <= MAX_COUNT:
+            raise CheckpointError(f"its {key} {quoted(value)} is not a count from 0 to {MAX_COUNT:,}")
+    states = ckpt.get("optimizer_states", [])
+    if not isinstance(states, list) or len(states) > 1:
+        raise CheckpointError("its optimizer_states is not one optimizer's state")
+    params = [p for group in module.parameter_groups() for p in group["params"]]
+    for state in states:
+        groups, saved = (state.get(k) if isinstance(state, dict) else None for k in ("param_groups", "state"))
+        if not isinstance(groups, list) or not isinstance(saved, dict):
+            raise CheckpointError("its optimizer state has no param_groups list and state mapping")
+        ids = [i for g in groups if isinstance(g, dict) for i in g.get("params", [])]
+        if len(ids) != len(params) or len(set(ids)) != len(ids):
+            raise CheckpointError(f"its optimizer holds {len(ids)} parameters, the model {len(params)}")
+        for key, entry in saved.items():
+            if key not in ids or not isinstance(entry, dict):
+                raise CheckpointError(f"its optimizer state names a parameter {quoted(key)} it does not hold")
+            param = params[ids.index(key)]
+            for name, value in entry.items():
+                _check_buffer(value, param, f"its optimizer's {quoted(name)} of parameter {key}")
+
+
+def _check_buffer(value: object, param: torch.Tensor, what: str) -> None:
+    """A per-parameter optimizer buffer: a dense float tensor of the parameter's shape (a scalar: a count)."""
+    if value is None or not isinstance(value, torch.Tensor):
+        return  # e.g. SGD's momentum_buffer before the first step
+    if value.dim() == 0:
+        return
+    if tuple(value.shape) != tuple(param.shape) or not value.is_floating_point():
+        raise CheckpointError(
+            f"{what} is {tuple(value.shape)} {value.dtype}, not {tuple(param.shape)} floats"
+        )
+    if not value.is_contiguous():  # e.g. one value broadcast (stride 0): the optimizer cannot write it
+        raise CheckpointError(f"{what} is not a dense tensor (strides {quoted(value.stride())})")
 
 
 def find_resume(

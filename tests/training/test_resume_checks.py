@@ -7,6 +7,7 @@ import shutil
 import time
 
 import pytest
+import torch
 from helpers import TEN_STEPS, TINY, call, one_line_error, write_tree
 
 from experiments import evaluate, run
@@ -75,3 +76,42 @@ def test_resume_refuses_other_data_and_accepts_a_moved_copy(tmp_path, capsys):
     assert code == 0 and "not the data the checkpoint trained on: train" in err
     assert main_guard(evaluate.main)([str(ckpt), "--data-dir", str(moved)]) == 0
     assert "the checkpoint's own" in capsys.readouterr().err
+
+
+def _crafted(tmp_path, change) -> tuple[list[str], str]:
+    """A run of 10 steps and its last checkpoint changed by ``change`` (in place); the run's flags and
+    the checkpoint's path."""
+    argv = ["quadratic", *TEN_STEPS, "--epochs", "2", "--output-dir", str(tmp_path)]
+    assert main_guard(run.main)([*argv, "--limit-train-batches", "5"]) == 0
+    path = tmp_path / "quadratic/version_0/checkpoints/last.ckpt"
+    ckpt = torch.load(path, weights_only=True)
+    change(ckpt)
+    torch.save(ckpt, path)
+    return [*argv, "--limit-train-batches", "5"], str(path)
+
+
+def _momentum(ckpt) -> dict:
+    return next(iter(ckpt["optimizer_states"][0]["state"].values()))
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda c: c.update(global_step="abc"), "its global_step 'abc' is not a count"),
+        (lambda c: c.update(global_step=-3), "its global_step -3 is not a count"),
+        (lambda c: c.update(epoch=10**15), "its epoch 1000000000000000 is not a count"),
+        (  # one value broadcast to the parameter's shape: stride 0
+            lambda c: _momentum(c).update(
+                momentum_buffer=torch.zeros(1).expand(_momentum(c)["momentum_buffer"].shape)
+            ),
+            "is not a dense tensor (strides",
+        ),
+        (lambda c: _momentum(c).update(momentum_buffer=torch.zeros(3, 5, 7)), "not ("),
+        (lambda c: c["optimizer_states"][0]["state"].update({999: {}}), "names a parameter 999"),
+    ],
+)
+def test_a_crafted_training_state_is_refused_before_it_is_restored(tmp_path, capsys, change, said):
+    argv, path = _crafted(tmp_path, change)
+    code, _, err = call(run, [*argv, "--resume", path], capsys)
+    line = one_line_error(code, err)
+    assert said in line and path in line

@@ -26,6 +26,7 @@ from sa_conv.analysis.statistics import accuracy_stderr, mcnemar, paired_bootstr
 from sa_conv.models import SAConfig
 from sa_conv.models.weights import entry_file, manifest, read_weights
 from sa_conv.training.config import RunConfig, config_difference
+from sa_conv.training.epochs import epochs_json
 from sa_conv.training.summary import RunSummary
 from sa_conv.utils.files import lock_file_of, locked, merge_rows, write_json, write_text
 from sa_conv.utils.json_values import is_json, json_kind
@@ -98,7 +99,7 @@ def row_of(entry: Entry, seed: int, summary: RunSummary) -> dict[str, Any]:
         "layers": final_layers(history),
         "locality_history": locality_curve(history),
         "sharpening": [asdict(event) for event in sharpening(history)],
-        "epochs_history": summary.history,
+        "epochs_history": epochs_json(summary.history),
         "run_dir": summary.run_dir,
         "hardware": _machine(summary.hardware or {}),
         "test_correct": summary.test_correct,

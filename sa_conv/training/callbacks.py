@@ -20,6 +20,7 @@ from sa_conv.analysis.dynamics import CentreGradients
 from sa_conv.analysis.maps import figures_of, locality_snapshot
 from sa_conv.analysis.snapshots import LocalitySnapshot, history_json, read_history
 from sa_conv.models import Backbone
+from sa_conv.training.epochs import EpochRecord, epochs_json, read_epochs
 from sa_conv.utils.pace import Pace, duration, eta
 
 __all__ = ["AttentionFigures", "TrainingProgress"]
@@ -51,7 +52,7 @@ class TrainingProgress(pl.Callback):
         self.pace = pace or Pace()
         self.total_steps = total_steps
         self.warned = False  # the slow-run warning is said once
-        self.history: list[dict[str, float]] = []
+        self.history: list[EpochRecord] = []
 
     @property
     def images_per_second(self) -> float:
@@ -89,7 +90,7 @@ class TrainingProgress(pl.Callback):
     def remaining_seconds(self, trainer: pl.Trainer) -> float:
         """Seconds to the end of the run, evaluation included."""
         total = self.total_steps() if self.total_steps is not None else trainer.estimated_stepping_batches
-        measured = [h["eval_seconds"] for h in self.history if h.get("eval_seconds")]
+        measured = [h.eval_seconds for h in self.history if h.eval_seconds]
         epochs_left = (trainer.max_epochs or 0) - len(self.history)
         steps_left = int(total) - trainer.global_step
         return self.pace.remaining_seconds(steps_left=steps_left, epochs_left=epochs_left, measured=measured)
@@ -136,30 +137,31 @@ class TrainingProgress(pl.Callback):
         if self.lines and trainer.is_global_zero:
             print(self.line(trainer, row), flush=True)
 
-    def record(self, trainer: pl.Trainer, metrics: dict[str, float]) -> dict[str, float]:
+    def record(self, trainer: pl.Trainer, metrics: dict[str, float]) -> EpochRecord:
         """The epoch's record: its step, time, speed, training and evaluation metrics, learning rate."""
-        row: dict[str, float] = {
-            "epoch": trainer.current_epoch + 1,
-            "step": trainer.global_step,
-            "epoch_seconds": self.pace.epoch_seconds(),
-            "eval_seconds": self.pace.eval_seconds,
-            "images_per_s": self.images_per_second,
-        }
-        for key in ("train/loss", "train/acc", _eval_name(metrics)):
-            if key is not None and key in metrics:
-                row[key.replace("/", "_")] = metrics[key]
-        if trainer.optimizers:
-            row["lr"] = trainer.optimizers[0].param_groups[0]["lr"]
-        return row
+        evaluated = _eval_name(metrics)
+        return EpochRecord(
+            epoch=trainer.current_epoch + 1,
+            step=trainer.global_step,
+            epoch_seconds=self.pace.epoch_seconds(),
+            eval_seconds=self.pace.eval_seconds,
+            images_per_s=self.images_per_second,
+            train_loss=metrics.get("train/loss"),
+            train_acc=metrics.get("train/acc"),
+            val_acc=metrics.get("val/acc") if evaluated == "val/acc" else None,
+            test_acc=metrics.get("test/acc") if evaluated == "test/acc" else None,
+            lr=trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else None,
+        )
 
-    def line(self, trainer: pl.Trainer, row: dict[str, float]) -> str:
+    def line(self, trainer: pl.Trainer, row: EpochRecord) -> str:
         """The epoch's record as one plain line, with the speed and the time left."""
-        parts = [f"epoch {row['epoch']}/{trainer.max_epochs}", f"step {row['step']}"]
-        if "train_loss" in row:
-            parts.append(f"train loss {row['train_loss']:.4f} acc {row.get('train_acc', float('nan')):.4f}")
-        for split in ("val", "test"):
-            if f"{split}_acc" in row:
-                parts.append(f"{split} acc {row[f'{split}_acc']:.4f}")
+        parts = [f"epoch {row.epoch}/{trainer.max_epochs}", f"step {row.step}"]
+        if row.train_loss is not None:
+            train_acc = row.train_acc if row.train_acc is not None else float("nan")
+            parts.append(f"train loss {row.train_loss:.4f} acc {train_acc:.4f}")
+        for split, acc in (("val", row.val_acc), ("test", row.test_acc)):
+            if acc is not None:
+                parts.append(f"{split} acc {acc:.4f}")
                 break
         remaining = self.remaining_seconds(trainer)
         parts += [f"{self.pace.current_images_per_second:.1f} images/s", f"ETA {duration(remaining)}"]
@@ -167,11 +169,12 @@ class TrainingProgress(pl.Callback):
 
     def state_dict(self) -> dict[str, Any]:
         pace = self.pace
-        return {"images": pace.images, "steps": pace.steps, "seconds": pace.seconds, "history": self.history}
+        history = epochs_json(self.history)
+        return {"images": pace.images, "steps": pace.steps, "seconds": pace.seconds, "history": history}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.pace.resume(state_dict["images"], state_dict["steps"], state_dict["seconds"])
-        self.history = list(state_dict["history"])
+        self.history = read_epochs(state_dict["history"], "the checkpoint's TrainingProgress")
 
 
 def _eval_name(metrics: dict[str, float]) -> str | None:

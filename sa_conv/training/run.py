@@ -37,6 +37,7 @@ from sa_conv.training.checkpoints import (
     RunConfigRecord,
 )
 from sa_conv.training.config import RunConfig, RunOptions, dump_config
+from sa_conv.training.epochs import EpochRecord
 from sa_conv.training.module import ImageClassifier
 from sa_conv.training.precision import (
     flush_denormals,
@@ -398,12 +399,12 @@ def _test(
     config: RunConfig,
     callbacks: _Callbacks,
     run_dir: Path,
-    history: list[dict[str, float]],
+    history: list[EpochRecord],
 ) -> ReportedAccuracy:
     """The test accuracy: the best checkpoint tested once (clean protocol), or the paper's protocol's
     best and final test accuracy of the epochs (its validation loop ran on the test split)."""
     if config.data.protocol == "paper":
-        evaluated = [h["test_acc"] for h in history if "test_acc" in h]
+        evaluated = [h.test_acc for h in history if h.test_acc is not None]
         best = max(evaluated, default=float("nan"))
         final = evaluated[-1] if evaluated else float("nan")
         return ReportedAccuracy(best_test_acc=best, final_test_acc=final, test_acc=best)

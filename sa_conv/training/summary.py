@@ -20,6 +20,7 @@ from sa_conv.data.datamodule import CIFAR10DataModule
 from sa_conv.training.callbacks import AttentionFigures, TrainingProgress
 from sa_conv.training.checkpoints import module_from_checkpoint
 from sa_conv.training.config import RunConfig
+from sa_conv.training.epochs import EpochRecord, epochs_json, read_epochs
 from sa_conv.training.evaluation import correct_on_test
 from sa_conv.training.module import ImageClassifier
 from sa_conv.training.precision import bf16_emulated
@@ -84,7 +85,7 @@ class RunSummary:
     test_acc: float  # the reported accuracy (the best checkpoint's, or the paper protocol's best)
     best_val_acc: float | None = None  # the clean protocol: the best checkpoint's validation accuracy
     test_correct: str | None = None  # per test image, in order: 1 right, 0 wrong (the reported model)
-    history: list[dict[str, float]] = field(default_factory=list)  # one record per epoch
+    history: list[EpochRecord] = field(default_factory=list)  # one record per epoch
     best_checkpoint: str | None = None
     commit: str | None = None
     layers: list[LayerSummary] | None = None  # locality per layer at the end
@@ -104,6 +105,8 @@ class RunSummary:
             out["layers"] = [layer.to_json() for layer in self.layers]
         if self.locality_history is not None:
             out["locality_history"] = history_json(self.locality_history)
+        if "history" in out:
+            out["history"] = epochs_json(self.history)
         return {**out, **self.extra}
 
     @classmethod
@@ -120,6 +123,8 @@ class RunSummary:
                 known["layers"] = [LayerSummary.from_json(layer) for layer in known["layers"]]
             if known.get("locality_history") is not None:
                 known["locality_history"] = read_history(known["locality_history"], source)
+            if "history" in known:
+                known["history"] = read_epochs(known["history"], source)
         except (TypeError, ValueError, CheckpointError) as err:
             raise ValueError(str(err)) from None
         return cls(
@@ -168,7 +173,7 @@ class Measured:
     wall_time_s: float  # of this process
     images_per_s: float  # of the whole run, every device together
     step_seconds: float  # the whole run's timed training steps
-    history: list[dict[str, float]]
+    history: list[EpochRecord]
     snapshots: list[LocalitySnapshot]
 
     @classmethod

@@ -46,5 +46,9 @@ def metrics(protocol: str) -> dict[str, object]:
         accuracy = {"best_test_acc": 0.7, "final_test_acc": 0.6, "test_acc": 0.7}
     else:
         accuracy = {"test_acc": 0.65, "best_val_acc": 0.66}
-    records = {"history": [{"epoch": 1, "val_acc": 0.5}], "best_checkpoint": None, "commit": "abc"}
+    records = {
+        "history": [{"epoch": 1, "step": 450, "val_acc": 0.5}],
+        "best_checkpoint": None,
+        "commit": "abc",
+    }
     return {**facts, **accuracy, "test_correct": "0110", **records, "layers": [LAYER]}

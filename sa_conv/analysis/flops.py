@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -27,7 +28,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from sa_conv.models import ResNetConfig, SAConfig
 
-__all__ = ["Pass", "analytic_flops", "attention_path", "counted_flops", "run_flops"]
+__all__ = ["FlopCounts", "Pass", "analytic_flops", "attention_path", "counted_flops", "run_flops"]
 
 Pass = Literal["forward", "forward+backward"]
 _aten = torch.ops.aten
@@ -109,13 +110,20 @@ def counted_flops(
     return counter.get_total_flops() / batch
 
 
-def run_flops(model: nn.Module, *, batch: int = 100) -> dict[str, float]:
-    """A run's FLOPs per image at its batch: ``train``, the trained path (forward + backward), and
-    ``eval``, evaluation (forward)."""
-    return {
-        "train": counted_flops(model, training=True, batch=batch),
-        "eval": counted_flops(model, training=False, passes="forward", batch=batch),
-    }
+@dataclass(frozen=True)
+class FlopCounts:
+    """A run's counted FLOPs per image: the trained path (forward + backward) and evaluation (forward)."""
+
+    train: float
+    eval: float
+
+
+def run_flops(model: nn.Module, *, batch: int = 100) -> FlopCounts:
+    """A run's FLOPs per image at its batch, counted on the paths training and evaluation take."""
+    return FlopCounts(
+        train=counted_flops(model, training=True, batch=batch),
+        eval=counted_flops(model, training=False, passes="forward", batch=batch),
+    )
 
 
 def attention_path(config: SAConfig, *, training: bool) -> Literal["separable", "dense"]:

@@ -23,7 +23,7 @@ from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from sa_conv.analysis.flops import run_flops
+from sa_conv.analysis.flops import FlopCounts, run_flops
 from sa_conv.data.datamodule import CIFAR10DataModule
 from sa_conv.data.sources import Source
 from sa_conv.models import ResNetConfig, SAConfig
@@ -313,7 +313,7 @@ def _announce(
     datamodule: CIFAR10DataModule,
     run_dir: Path,
     resume: Resume | None,
-    flops: dict[str, float],
+    flops: FlopCounts,
     progress: TrainingProgress,
 ) -> None:
     """Write config.yaml and say what runs, where, in what precision, and (at once: a first step may take
@@ -326,8 +326,8 @@ def _announce(
         print(f"sa-conv {__version__} | model {config.model} | scale {config.scale} | run dir {run_dir}")
         n_params = sum(p.numel() for p in module.backbone.parameters())
         print(
-            f"parameters: {n_params:,} | GFLOP per image: {flops['train'] / 1e9:.3f} training step "
-            f"(forward + backward), {flops['eval'] / 1e9:.3f} evaluation (forward) | precision "
+            f"parameters: {n_params:,} | GFLOP per image: {flops.train / 1e9:.3f} training step "
+            f"(forward + backward), {flops.eval / 1e9:.3f} evaluation (forward) | precision "
             f"{config.precision}"
         )
         if resume is not None:
@@ -347,11 +347,11 @@ def _announce(
         epoch_images=min(len(datamodule.split("train")), batches * config.data.batch_size * world),
         eval_images=pace.eval_images,
         test_images=pace.test_images if config.data.protocol == "clean" else 0,
-        train_flops=flops["train"],
-        eval_flops=flops["eval"],
+        train_flops=flops.train,
+        eval_flops=flops.eval,
         flop_rate=rate,
     )
-    pace.projected_step_seconds = config.data.batch_size * world * flops["train"] / rate
+    pace.projected_step_seconds = config.data.batch_size * world * flops.train / rate
     if trainer.is_global_zero:
         progress.projected(seconds, rate)
 

@@ -14,6 +14,7 @@ import pytorch_lightning as pl
 import torch
 
 from sa_conv.analysis.explorer import explorer_data, write_explorer
+from sa_conv.analysis.flops import FlopCounts
 from sa_conv.analysis.maps import initial_of, layer_summary
 from sa_conv.analysis.snapshots import LayerSummary, LocalitySnapshot, history_json, read_history
 from sa_conv.data.datamodule import CIFAR10DataModule
@@ -197,7 +198,7 @@ def summarize(
     module: ImageClassifier,
     *,
     run_dir: Path,
-    flops: dict[str, float],
+    flops: FlopCounts,
     measured: Measured,
     accuracy: ReportedAccuracy,
     test_correct: str | None,
@@ -208,7 +209,7 @@ def summarize(
     # about 60 lines: one keyword per field of RunSummary, flat, so that a renamed field fails the type check
     device = trainer.strategy.root_device
     peak = peak_flops(device, config.precision)
-    achieved = flops["train"] * measured.images_per_s  # images/s of every device together
+    achieved = flops.train * measured.images_per_s  # images/s of every device together
     snapshots = measured.snapshots
     bf16 = "emulated" if bf16_emulated(device.type) else "native"
     return RunSummary(
@@ -218,8 +219,8 @@ def summarize(
         protocol=config.data.protocol,
         config=config.to_dict(),
         params=sum(p.numel() for p in module.backbone.parameters()),
-        train_flops_per_image=flops["train"],
-        eval_flops_per_image=flops["eval"],
+        train_flops_per_image=flops.train,
+        eval_flops_per_image=flops.eval,
         n_train_images=len(datamodule.split("train")),
         n_val_images=len(datamodule.split("val")) if config.data.protocol == "clean" else 0,
         n_test_images=len(datamodule.split("test")),

@@ -102,7 +102,8 @@ def default_out(checkpoint: Path) -> Path:
 def images_for(ckpt: dict[str, Any], args: Any, n: int) -> tuple[Any, Any, str]:
     """``n`` test images as stored and as the model takes them, and where they come from (the page says):
     the checkpoint's own data, ``--data-dir``, or synthetic images when no data can be had."""
-    from sa_conv.data.datamodule import CIFAR10DataModule, DataConfig
+    from sa_conv.data.config import DataConfig
+    from sa_conv.data.datamodule import CIFAR10DataModule
     from sa_conv.data.sources import DataError
     from sa_conv.utils.safe_load import CheckpointError
 

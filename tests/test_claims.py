@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import markdown
+from helpers.markdown import table_cells
 from helpers.orderings import orderable
 from helpers.verdicts import GRID_HEADS, SMALL6_GRID_HEADS, forms_grid, grid_layers, long_rows, verdict
 
@@ -206,19 +208,14 @@ CLAIMS: dict[str, Callable[[], list[str]]] = {
 
 
 def section() -> str:
-    text = (REPO / "README.md").read_text()
-    assert text.count(SECTION) == 1, f"README has no single {SECTION!r} section"
-    body = text.split(SECTION, 1)[1]
-    return body.split("\n## ", 1)[0]
+    return markdown.section((REPO / "README.md").read_text(), SECTION)
 
 
 def table_rows() -> list[list[str]]:
     """The results table's body rows, as cells (header and separator left out)."""
-    lines = [line for line in section().splitlines() if line.startswith("|")]
-    assert len(lines) > 2, "the results table is missing"
-    header, separator, *body = lines
-    assert "claim" in header and set(separator.replace("|", "").split()) == {"---"}
-    rows = [[cell.strip() for cell in line.strip().strip("|").split(" | ")] for line in body]
+    table = section()[section().index("\n|") :]
+    assert "claim" in table.strip().splitlines()[0], "the results table is missing"
+    rows = table_cells(table)
     for row in rows:
         assert len(row) == 4, f"a row of four cells (claim, at this scale, number, evidence): {row}"
     return rows

@@ -4,13 +4,12 @@ script error, every link of the index resolving; the committed gallery too."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
-from cli_helpers import call
+from helpers import call
+from helpers.browser import FLAGS, chromium
 
 from experiments import gallery, run
 from experiments.cli import main_guard
@@ -95,24 +94,14 @@ def test_a_bad_gallery_request_is_one_line_and_writes_nothing(shipped, tmp_path,
     assert not out.exists()
 
 
-def _browser() -> str | None:
-    for name in (os.environ.get("SA_CONV_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
-        if name and (path := shutil.which(name)):
-            return path
-    return None
-
-
 def render_all(index: Path, models: int) -> list[str]:
     """Open the index (a row per model, ``models`` of them) and every page it links in headless Chromium;
     the script errors met."""
     playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    browser_path = _browser()
-    if browser_path is None:
-        pytest.skip("no Chromium found (install Debian's chromium, or set SA_CONV_CHROMIUM)")
+    browser_path = chromium()
     errors: list[str] = []
-    flags = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-sync"]
     with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=browser_path, args=flags)
+        browser = p.chromium.launch(executable_path=browser_path, args=FLAGS)
         view = browser.new_page()
         view.on("pageerror", lambda e: errors.append(f"{view.url}: {e}"))
         view.goto(index.resolve().as_uri())

@@ -13,11 +13,11 @@ import json
 import math
 import re
 from collections.abc import Callable
-from itertools import takewhile
 from typing import Any
 
 import pytest
 from helpers import REPO
+from helpers.markdown import section, table_cells
 from helpers.verdicts import (
     GRID_HEADS,
     MOVED_PX,
@@ -141,16 +141,9 @@ QUESTIONS: dict[str, Callable[[], list[str]]] = {
 
 def table_rows() -> list[list[str]]:
     """The body rows, as cells, of the section's verdict tables (one per longer entry)."""
-    text = (REPO / "docs" / "results.md").read_text()
-    assert text.count(SECTION) == 1, f"docs/results.md has no single {SECTION!r} section"
-    body = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
+    body = section((REPO / "docs" / "results.md").read_text(), SECTION)
     assert body.count(TABLE) >= 1, f"the section has no table headed {TABLE!r}"
-    rows = []
-    for after in body.split(TABLE)[1:]:
-        separator, *table = takewhile(lambda line: line.startswith("|"), after.strip().splitlines())
-        assert set(separator.replace("|", "").split()) == {"---"}
-        rows += [[cell.strip() for cell in line.strip().strip("|").split(" | ")] for line in table]
-    return rows
+    return [row for after in body.split(TABLE)[1:] for row in table_cells(after)]
 
 
 def test_every_question_has_one_row_and_no_other() -> None:

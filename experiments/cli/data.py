@@ -100,7 +100,7 @@ def datamodule_of_checkpoint(
 
 def data_note(datamodule: Any, ckpt: dict[str, Any]) -> str:
     """Which data a command on a checkpoint uses, and whether the checkpoint trained on it."""
-    from sa_conv.data.datamodule import data_difference
+    from sa_conv.data.fingerprint import data_difference
     from sa_conv.training.resume import data_fingerprint_of
 
     now = datamodule.fingerprint()

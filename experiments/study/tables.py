@@ -22,7 +22,7 @@ from sa_conv.analysis.dynamics import sharpening
 from sa_conv.analysis.flops import analytic_flops
 from sa_conv.analysis.maps import history_of, initial_of, layer_summary
 from sa_conv.analysis.snapshots import LocalitySnapshot
-from sa_conv.analysis.statistics import accuracy_stderr, mcnemar, paired_bootstrap, per_image
+from sa_conv.analysis.statistics import accuracy_stderr, compare, per_image
 from sa_conv.models import SAConfig
 from sa_conv.models.weights import entry_file, manifest, read_weights
 from sa_conv.training.config import RunConfig, config_difference
@@ -510,15 +510,12 @@ def comparisons(rows: list[dict[str, Any]], alpha: float = 0.05, min_seeds: int 
                 continue
             ra = [per_image(r["test_correct"]) for r in complete[a]]
             rb = [per_image(r["test_correct"]) for r in complete[b]]
-            ps = [mcnemar(x, y)[2] for x in ra for y in rb]
-            diff, low, high = paired_bootstrap(ra, rb)
             acc_a, acc_b = [r["test_acc"] for r in complete[a]], [r["test_acc"] for r in complete[b]]
-            above = min(acc_a) > max(acc_b) or min(acc_b) > max(acc_a)
-            cleared = above and max(ps) < alpha and (low > 0 or high < 0)
+            pair = compare(ra, rb, acc_a, acc_b, alpha=alpha, min_seeds=min_seeds)
+            diff, low, high, ps = pair.difference, pair.low, pair.high, pair.p_values
             first, second = (a, b) if diff > 0 else (b, a)
-            seeded = min(len(ra), len(rb)) >= min_seeds
-            verdict = f"**{first} above {second}**" if cleared and seeded else "no ordering claimed"
-            if cleared and not seeded:
+            verdict = f"**{first} above {second}**" if pair.ordered else "no ordering claimed"
+            if pair.cleared and not pair.seeded:
                 verdict += f" (the tests clear it; with under {min_seeds} seeds the seed spread is not in it)"
             out.append(
                 f"- {a} ({', '.join(f'{100 * x:.1f}' for x in acc_a)}%) vs {b} "

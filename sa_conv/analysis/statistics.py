@@ -10,10 +10,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["accuracy_stderr", "difference_stderr", "mcnemar", "paired_bootstrap", "per_image"]
+__all__ = [
+    "Comparison",
+    "accuracy_stderr",
+    "compare",
+    "difference_stderr",
+    "mcnemar",
+    "paired_bootstrap",
+    "per_image",
+]
 
 
 def per_image(correct: str) -> list[bool]:
@@ -69,3 +78,41 @@ def paired_bootstrap(
     mean_b = np.take_along_axis(b[seeds_b], images[:, None, :], axis=2).mean(axis=(1, 2))
     low, high = np.quantile(mean_a - mean_b, [0.025, 0.975])
     return observed, float(low), float(high)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two entries' seeds paired on the same test images: the difference of the seed means (first minus
+    second) with its 95% bootstrap interval, McNemar's p for every pair of seeds, and the suite's
+    ordering rule (docs/results.md): every seed of one above every seed of the other, every p below
+    ``alpha``, the interval excluding 0 (``cleared``), and at least ``min_seeds`` seeds each (``seeded``)."""
+
+    difference: float
+    low: float
+    high: float
+    p_values: list[float]
+    cleared: bool
+    seeded: bool
+
+    @property
+    def ordered(self) -> bool:
+        """Whether the rule orders the two."""
+        return self.cleared and self.seeded
+
+
+def compare(
+    correct_a: Sequence[Sequence[bool]],
+    correct_b: Sequence[Sequence[bool]],
+    accuracy_a: Sequence[float],
+    accuracy_b: Sequence[float],
+    *,
+    alpha: float = 0.05,
+    min_seeds: int = 2,
+) -> Comparison:
+    """The two entries compared by the suite's rule: per seed, the per-image results and the accuracy."""
+    p_values = [mcnemar(x, y)[2] for x in correct_a for y in correct_b]
+    difference, low, high = paired_bootstrap(correct_a, correct_b)
+    above = min(accuracy_a) > max(accuracy_b) or min(accuracy_b) > max(accuracy_a)
+    cleared = above and max(p_values) < alpha and (low > 0 or high < 0)
+    seeded = min(len(correct_a), len(correct_b)) >= min_seeds
+    return Comparison(difference, low, high, p_values, cleared, seeded)

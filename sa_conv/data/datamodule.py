@@ -23,21 +23,16 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from sa_conv.data.augmentation import (
-    CIFAR10_MEAN,
-    CIFAR10_STD,
     AugmentationRNG,
     Normalization,
     random_crop_flip,
 )
 from sa_conv.data.batches import ResumableBatchSampler, ResumableDataLoader, TensorImages, resumable_loader
-from sa_conv.data.config import DataConfig, Protocol
-from sa_conv.data.fingerprint import data_difference, fingerprint
+from sa_conv.data.config import DataConfig
+from sa_conv.data.fingerprint import fingerprint
 from sa_conv.data.sources import (
-    CIFAR10_CLASSES,
     SOURCES,
-    DataError,
     Source,
-    load_image_folder,
     load_split,
     prepare,
     resolve_source,
@@ -46,18 +41,7 @@ from sa_conv.data.split import split_indices, split_warning
 from sa_conv.utils.config import config_to_dict
 from sa_conv.utils.quote import quoted
 
-__all__ = [  # the data's parts, re-exported for the commands that import them from here
-    "CIFAR10_CLASSES",
-    "CIFAR10_MEAN",
-    "CIFAR10_STD",
-    "CIFAR10DataModule",
-    "DataConfig",
-    "DataError",
-    "Protocol",
-    "data_difference",
-    "load_image_folder",
-    "random_crop_flip",
-]
+__all__ = ["CIFAR10DataModule"]
 
 SplitName = Literal["train", "val", "test"]
 

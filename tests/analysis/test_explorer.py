@@ -3,13 +3,12 @@ itself in a real browser (headless Chromium): pointed at a pixel, it draws each 
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 from helpers import call, one_line_error
+from helpers.browser import FLAGS, chromium
 from torch import nn
 
 from experiments import explore
@@ -106,19 +105,10 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
     assert code == 0 and (tmp_path / "page.html").stat().st_size > 1000 and "MiB" in out
 
 
-def _browser() -> str | None:
-    for name in (os.environ.get("SA_CONV_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
-        if name and (path := shutil.which(name)):
-            return path
-    return None
-
-
 @pytest.mark.slow
 def test_the_page_draws_each_head_at_its_tap_from_the_pointed_query(tmp_path):
     playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    browser_path = _browser()
-    if browser_path is None:
-        pytest.skip("no Chromium found (install Debian's chromium, or set SA_CONV_CHROMIUM)")
+    browser_path = chromium()
     module, taps = conv_model()
     data = CIFAR10DataModule(DataConfig(), source="synthetic", synthetic_size=64)
     images, _ = data.evaluation_images(2, normalized=False)
@@ -129,9 +119,8 @@ def test_the_page_draws_each_head_at_its_tap_from_the_pointed_query(tmp_path):
     maps = [m[0] for m in module.backbone.attention_maps(normalized)]  # positional: (heads, N, N)
     row, col = 7, 4
     query = row * 16 + col
-    flags = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-sync"]
     with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=browser_path, args=flags)
+        browser = p.chromium.launch(executable_path=browser_path, args=FLAGS)
         page = browser.new_page(viewport={"width": 1200, "height": 900})
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))

@@ -9,12 +9,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 from helpers import REPO, call, one_line_error
+from helpers.processes import wait_for_step
 
 from experiments import benchmark
 from experiments.benchmark.tools import time_it
@@ -97,18 +97,12 @@ def session_processes(session: int) -> dict[int, list[str]]:
     return found
 
 
-def wait_for_step(ckpt: Path, step: int, proc: subprocess.Popen) -> None:
-    """Until ``ckpt`` holds a global step of at least ``step`` (the run still going)."""
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "the script ended before it could be killed"
-        try:
-            if torch.load(ckpt, weights_only=False)["global_step"] >= step:
-                return
-        except Exception:  # not written yet, or being replaced
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"no checkpoint at step {step} after 10 minutes")
+def saved_step(ckpt: Path) -> int:
+    """The global step ``ckpt`` holds (-1 while it is not written, or being replaced)."""
+    try:
+        return int(torch.load(ckpt, weights_only=False)["global_step"])
+    except Exception:
+        return -1
 
 
 @pytest.mark.slow
@@ -119,11 +113,15 @@ def test_the_paper_chunks_resume_after_sigkills_to_the_weights_of_an_unbroken_ru
 
     broken = paper_chunks(tmp_path / "b")
     ckpt = tmp_path / "b/runs/quadratic/version_0/checkpoints/step.ckpt"
-    wait_for_step(ckpt, 60, broken)
+    assert wait_for_step(broken, lambda: saved_step(ckpt), 60, 600), (
+        "the script ended before it could be killed"
+    )
     run = [pid for pid, argv in session_processes(broken.pid).items() if "python" in Path(argv[0]).name]
     assert len(run) == 1
     os.kill(run[0], signal.SIGKILL)  # the chunk dies without a checkpoint: the script starts the next one
-    wait_for_step(ckpt, 180, broken)  # which resumed
+    assert wait_for_step(broken, lambda: saved_step(ckpt), 180, 600), (
+        "the resumed chunk did not reach step 180"
+    )
     for pid in session_processes(broken.pid):  # the machine is lost: the script, timeout, the run, tee
         os.kill(pid, signal.SIGKILL)
     out, _ = broken.communicate(timeout=60)

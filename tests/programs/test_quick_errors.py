@@ -43,7 +43,7 @@ def test_every_command_is_listed() -> None:
         f"experiments.{p.stem}" for p in (REPO / "experiments").glob("*.py") if not p.stem.startswith("_")
     }
     commands |= {f"experiments.{p.parent.name}" for p in (REPO / "experiments").glob("*/__main__.py")}
-    assert commands - {"experiments.precision_bisect", "experiments.presets"} == set(ERRORS)
+    assert commands - {"experiments.presets"} == set(ERRORS)  # investigations: experiments/investigations/
 
 
 @pytest.mark.parametrize("module", sorted(ERRORS))

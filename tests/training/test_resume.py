@@ -5,13 +5,13 @@ a checkpoint from elsewhere starts a run folder of its own; every checkpoint reb
 import json
 import random
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import torch
 from helpers import TEN_STEPS, StepCounter, assert_resumed_exactly, call, run_cli, weights, with_callback
+from helpers.processes import wait_for_step
 
 from experiments import run
 from experiments.cli import main_guard
@@ -109,7 +109,9 @@ def test_a_killed_process_resumes_to_the_same_result(tmp_path, how):
     assert straight.wait(timeout=900) == 0, straight.stderr.read().decode()[-2000:]
 
     killed = run_cli([*base, "--output-dir", str(tmp_path / "b")])
-    assert wait_for_step(killed, tmp_path / "b", 70), "no step 70 (the run ended or stalled)"  # mid-epoch 2
+    assert wait_for_step(killed, lambda: latest_step(tmp_path / "b"), 70), (
+        "no step 70 (the run ended or stalled)"
+    )  # mid-epoch 2
     killed.send_signal(getattr(signal, how))
     code = killed.wait()
     if how == "SIGKILL":
@@ -157,21 +159,6 @@ def latest_step(folder: Path) -> int:
     return _read[newest]
 
 
-def wait_for_step(proc: subprocess.Popen, folder: Path, step: int) -> bool:
-    """Wait until a step checkpoint at `step` or later is under `folder`; False where the process ended
-    first, or after 15 minutes (the process then killed, so that its output can be read)."""
-    deadline = time.monotonic() + 900
-    while proc.poll() is None:
-        if latest_step(folder) >= step:
-            return True
-        if time.monotonic() > deadline:
-            proc.kill()
-            proc.wait()
-            return False
-        time.sleep(0.05)
-    return latest_step(folder) >= step
-
-
 @pytest.mark.slow
 def test_chaos_random_kills_then_resumes_end_in_the_same_weights(tmp_path):
     """SIGKILL at random moments (seeded), three times, each run resumed with --resume auto: the final
@@ -190,10 +177,10 @@ def test_chaos_random_kills_then_resumes_end_in_the_same_weights(tmp_path):
     for attempt in range(3):
         proc = run_cli([*base, "--output-dir", str(out), "--resume", "auto"])
         since = latest_step(out)
-        assert wait_for_step(proc, out, since + 1), proc.stderr.read().decode()[-2000:]
+        assert wait_for_step(proc, lambda: latest_step(out), since + 1), proc.stderr.read().decode()[-2000:]
         begin, first = time.monotonic(), latest_step(out)
         target = first + chaos.randint(3, total // 5)
-        assert wait_for_step(proc, out, target), (
+        assert wait_for_step(proc, lambda: latest_step(out), target), (
             f"attempt {attempt + 1} ended or stalled before step {target}"
         )
         pace = (time.monotonic() - begin) / (target - first)  # seconds per step, this attempt's own

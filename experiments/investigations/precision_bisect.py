@@ -1,7 +1,8 @@
 """Why bf16 diverged: the `small` quadratic run's first steps under one precision policy, loss per step.
 
-    python -m experiments.precision_bisect POLICY --data-dir DIR [--steps 1200] [--seed 0] [--out FILE]
-    python -m experiments.precision_bisect --figure PNG [RESULT.json ...]   # the loss curves of the runs
+    python -m experiments.investigations.precision_bisect POLICY --data-dir DIR [--steps 1200] [--seed 0]
+        [--out FILE]
+    python -m experiments.investigations.precision_bisect --figure PNG [RESULT.json ...]   # the loss curves
 
 Every policy trains the same model from the same initialization on the same batches (the `small`
 preset's recipe: its augmentation, optimizer and 15-epoch schedule), for the first ``--steps`` steps,
@@ -193,7 +194,9 @@ def loss_figure(results: list[dict[str, Any]]) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     """The command line."""
-    parser = argparse.ArgumentParser(prog="python -m experiments.precision_bisect", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.investigations.precision_bisect", description=__doc__
+    )
     if argv is None:
         import sys
 

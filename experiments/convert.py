@@ -13,10 +13,12 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
+
+    from sa_conv.nn.conversion import ConvAsAttention
 
 from experiments.cli import (
     ArgumentParser,
@@ -178,10 +180,10 @@ def errors(got: Tensor, expected: Tensor) -> tuple[float, float]:
     return diff, diff / max(expected.abs().max().item(), torch.finfo(expected.dtype).tiny)
 
 
-def random_conv(args) -> nn.Module:
+def random_conv(args: argparse.Namespace) -> nn.Conv1d | nn.Conv2d:
     from torch import nn
 
-    cls = nn.Conv1d if args.dims == 1 else nn.Conv2d
+    cls: type[nn.Conv1d] | type[nn.Conv2d] = nn.Conv1d if args.dims == 1 else nn.Conv2d
     try:
         return cls(
             args.in_channels,
@@ -201,7 +203,7 @@ def random_conv(args) -> nn.Module:
 SWEEP_SHOWN = (1, 5, 10, 25, 46, 100)  # the rows printed besides the threshold's neighbours
 
 
-def sweep(conv: nn.Module, x: Tensor, expected: Tensor, args) -> int:
+def sweep(conv: nn.Conv1d | nn.Conv2d, x: Tensor, expected: Tensor, args: argparse.Namespace) -> int:
     """The error for every alpha in 1..100; prints the rows around the tolerance's threshold and a few
     landmarks (alpha 46 is the paper's), and the first alpha within the tolerance."""
     from sa_conv.nn.conversion import conv_to_attention
@@ -230,7 +232,7 @@ def sweep(conv: nn.Module, x: Tensor, expected: Tensor, args) -> int:
     return 0 if first is not None else 1
 
 
-def check_checkpoint(args) -> tuple[nn.Module, Tensor]:
+def check_checkpoint(args: argparse.Namespace) -> tuple[nn.Conv2d, Tensor]:
     """A Conv2d of a trained ResNet18 and its real input on a batch of test images."""
     import torch
     from torch import nn
@@ -248,7 +250,7 @@ def check_checkpoint(args) -> tuple[nn.Module, Tensor]:
     images, _ = test_images(ckpt, args, limit=args.batch)
     # the layer's real input: run the network up to it
     captured: list[Tensor] = []
-    conv = backbone.get_submodule(args.layer)
+    conv = cast(nn.Conv2d, backbone.get_submodule(args.layer))  # in convs: a Conv2d
     handle = conv.register_forward_pre_hook(lambda _m, inputs: captured.append(inputs[0]))
     with torch.no_grad():
         backbone(images)
@@ -256,7 +258,9 @@ def check_checkpoint(args) -> tuple[nn.Module, Tensor]:
     return conv, captured[0]
 
 
-def test_images(ckpt: dict, args, *, limit: int | None = None) -> tuple[Tensor, Tensor]:
+def test_images(
+    ckpt: dict[str, Any], args: argparse.Namespace, *, limit: int | None = None
+) -> tuple[Tensor, Tensor]:
     """Normalized test images and labels of the checkpoint's own data (or the flags' data)."""
     return datamodule_of_checkpoint(ckpt, args).evaluation_images(limit)
 
@@ -283,7 +287,7 @@ def compare(reference: Tensor, other: Tensor, labels: Tensor) -> dict[str, float
     }
 
 
-def finish(report: dict, lines: list[str], args) -> int:
+def finish(report: dict[str, Any], lines: list[str], args: argparse.Namespace) -> int:
     """Print the summary lines; write the report with --json."""
     if args.json is not None:
         write_json(args.json, report)
@@ -291,7 +295,7 @@ def finish(report: dict, lines: list[str], args) -> int:
     return 0
 
 
-def convert_whole_network(args) -> int:
+def convert_whole_network(args: argparse.Namespace) -> int:
     """Every convolution of a trained ResNet18 replaced by its attention twin, evaluated on the test split."""
     from sa_conv.nn.attention import MultiHeadSelfAttention2d
     from sa_conv.nn.conversion import convert_network
@@ -307,7 +311,7 @@ def convert_whole_network(args) -> int:
     got, attention_time = logits_of(attention_net, images, args.eval_batch)
     measured = compare(reference, got, labels)
     heads = sum(m.heads for m in attention_net.modules() if isinstance(m, MultiHeadSelfAttention2d))
-    report = {
+    report: dict[str, Any] = {
         "checkpoint": str(args.checkpoint),
         "layers_converted": converted,
         "attention_heads": heads,
@@ -336,12 +340,15 @@ def convert_whole_network(args) -> int:
     return finish(report, lines, args)
 
 
-def convert_attention_to_conv(args) -> int:
+def convert_attention_to_conv(args: argparse.Namespace) -> int:
     """Attention layers of a trained SA model replaced by their convolutions, evaluated on the test split."""
+    from sa_conv.models.sa_classifier import SAClassifier
+    from sa_conv.nn.attention import MultiHeadSelfAttention2d
     from sa_conv.nn.conversion import ConvInPlaceOfAttention, attention_to_conv, conv_likeness
 
     ckpt, module = trained_model(args.checkpoint, needs_attention="attention layers")
     model = module.backbone.eval()
+    assert isinstance(model, SAClassifier)  # the models with attention layers
     n = len(model.blocks)
     chosen = sorted({args.layers} if isinstance(args.layers, int) else set(args.layers or range(1, n + 1)))
     if not all(1 <= i <= n for i in chosen):
@@ -351,14 +358,21 @@ def convert_attention_to_conv(args) -> int:
     side, layers = model.config.grid, []
     for i in chosen:
         block = model.blocks[i - 1]
-        conv = attention_to_conv(block.attention)  # ValueError names a layer that has no Gaussian heads
-        likeness = conv_likeness(block.attention, side, side)
-        taps = block.attention.encoding.head_gaussians()[0].round().long().tolist()
+        attention = block.attention
+        if not isinstance(attention, MultiHeadSelfAttention2d):  # mixed: refused as attention_to_conv does
+            raise ValueError(
+                f"attention_to_conv needs Gaussian heads without content, got {type(attention).__name__}"
+            )
+        conv = attention_to_conv(attention)  # ValueError names a layer that has no Gaussian heads
+        likeness = conv_likeness(attention, side, side)
+        gaussians = attention.encoding.head_gaussians() if attention.encoding is not None else None
+        assert gaussians is not None  # attention_to_conv took the layer: its heads are Gaussian
+        taps = gaussians[0].round().long().tolist()
         layers.append({"layer": i, "taps": taps, "conv_likeness": likeness.tolist()})
         block.attention = ConvInPlaceOfAttention(conv)
     got, _ = logits_of(model, images, args.eval_batch)
     measured = compare(reference, got, labels)
-    report = {
+    report: dict[str, Any] = {
         "checkpoint": str(args.checkpoint),
         "n_images": len(labels),
         "accuracy_attention": measured["accuracy_before"],
@@ -382,7 +396,9 @@ def convert_attention_to_conv(args) -> int:
     return finish(report, lines, args)
 
 
-def save_conversion_figure(conv: nn.Module, attention: nn.Module, x: Tensor, path: Path) -> None:
+def save_conversion_figure(
+    conv: nn.Conv1d | nn.Conv2d, attention: ConvAsAttention, x: Tensor, path: Path
+) -> None:
     """The kernel, the heads' centres on its grid, and their attention at a central query."""
     import torch
 
@@ -425,6 +441,7 @@ def convert_one(args: argparse.Namespace) -> int:
 
     from sa_conv.nn.conversion import conv_to_attention
 
+    conv: nn.Conv1d | nn.Conv2d
     if args.checkpoint is not None:
         conv, x = check_checkpoint(args)
         source = f"{args.layer} of {args.checkpoint}, on its input for {args.batch} test images"

@@ -72,6 +72,8 @@ def screenshot(page: Path, png: Path, *, layer: int, query: tuple[int, int] | No
         if not (0 <= row < grid and 0 <= col < grid):
             raise UserError(f"--query {row} {col} is outside the {grid}x{grid} token grid")
         box = view.locator("#main").bounding_box()
+        if box is None:
+            raise UserError("the page drew no attention map to point at")
         view.mouse.move(
             box["x"] + (col + 0.5) / grid * box["width"], box["y"] + (row + 0.5) / grid * box["height"]
         )
@@ -143,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     test_acc = ckpt.get("shipped", {}).get("test_acc", test_acc)
     meta = {
         "model": model,
-        "config": ckpt.get("run_config") or module.hparams.model_config,
+        "config": ckpt.get("run_config") or module.hparams["model_config"],
         "checkpoint": str(args.checkpoint),
         "step": ckpt.get("global_step"),
         "test_acc": test_acc,

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from sa_conv.data.datamodule import CIFAR10DataModule
 
 from experiments.cli import DEFAULT_DATA_DIR, ArgumentParser, UserError, check_data_dir, computing, main_guard
+from sa_conv.models.manifest_entry import ManifestEntry
 from sa_conv.training.config import RunConfig
 from sa_conv.utils.files import write_text
 
@@ -58,7 +59,7 @@ def gallery_images(config: RunConfig, data_dir: Path) -> tuple[CIFAR10DataModule
         )
 
 
-def model_page(name: str, entry: dict[str, Any], data_dir: Path, out: Path) -> Path | None:
+def model_page(name: str, entry: ManifestEntry, data_dir: Path, out: Path) -> Path | None:
     """The explorer page of one shipped model (None for a model without attention)."""
     from sa_conv.analysis.explorer import explorer_data, write_explorer
     from sa_conv.models.weights import backbone_of
@@ -71,12 +72,12 @@ def model_page(name: str, entry: dict[str, Any], data_dir: Path, out: Path) -> P
     config = RunConfig.from_dict(record["run_config"])
     data, images, note = gallery_images(config, data_dir)
     meta = {
-        "model": entry["model"],
+        "model": entry.model,
         "config": record["run_config"],
         "checkpoint": name,
         "step": record.get("global_step"),
-        "test_acc": entry["test_acc"],
-        "test_note": f"on the {entry['n_test_images']} test images, the shipped weights",
+        "test_acc": entry.test_acc,
+        "test_note": f"on the {entry.n_test_images} test images, the shipped weights",
         "images_note": note,
         "back": "../" * name.count("/") + "index.html",  # the page lies at <out>/<name>.html
     }
@@ -123,7 +124,7 @@ def rows_by_shipped_name(results: Path) -> dict[str, dict[str, Any]]:
 
 
 def index_page(
-    models: dict[str, dict[str, Any]],
+    models: dict[str, ManifestEntry],
     pages: dict[str, Path | None],
     rows: dict[str, dict[str, Any]],
     out: Path,
@@ -138,9 +139,9 @@ def index_page(
             else f"{html.escape(name)}<br><small>no attention: no explorer page</small>"
         )
         lines.append(
-            f"<tr><td>{link}</td><td>{entry['model']}</td><td>{entry['epochs']}</td>"
-            f"<td>{entry['precision']}</td><td>{100 * entry['test_acc']:.1f}%</td>"
-            f"<td>{entry['params'] / 1e6:.3f}M</td><td>{locality_cell(rows.get(name))}</td></tr>"
+            f"<tr><td>{link}</td><td>{entry.model}</td><td>{entry.epochs}</td>"
+            f"<td>{entry.precision}</td><td>{100 * entry.test_acc:.1f}%</td>"
+            f"<td>{entry.params / 1e6:.3f}M</td><td>{locality_cell(rows.get(name))}</td></tr>"
         )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>sa-conv: shipped models</title>'
@@ -195,16 +196,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.only and name not in args.only:
             pages[name] = page if page.is_file() else None
             continue
-        pages[name] = model_page(name, entry, args.data_dir or DEFAULT_DATA_DIR, out)
-        if pages[name] is not None:
-            print(f"{pages[name]} ({pages[name].stat().st_size / 2**20:.2f} MiB)")
+        pages[name] = written = model_page(name, entry, args.data_dir or DEFAULT_DATA_DIR, out)
+        if written is not None:
+            print(f"{written} ({written.stat().st_size / 2**20:.2f} MiB)")
     write_text(out / "index.html", index_page(models, pages, rows, out))
     print(out / "index.html")
     if args.screenshot:
         name, png = args.screenshot
-        if pages.get(name) is None:
+        shown = pages.get(name)
+        if shown is None:
             raise UserError(f"--screenshot: {name} has no page in the gallery")
-        screenshot(pages[name], Path(png), layer=1, query=None)
+        screenshot(shown, Path(png), layer=1, query=None)
         print(png)
     return 0
 

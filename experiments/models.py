@@ -27,19 +27,20 @@ def main(argv: list[str] | None = None) -> int:
 
     models = manifest()
     if args.json:
-        print(json.dumps(finite_json(models), indent=1, allow_nan=False))  # NaN as null: strict JSON
+        entries = {name: entry.to_json() for name, entry in models.items()}
+        print(json.dumps(finite_json(entries), indent=1, allow_nan=False))  # NaN as null: strict JSON
         return 0
     if not models:
         print(f"no shipped models in {weights_dir()}")
         return 0
     print(f"{'name':<34} {'test acc':>9} {'params':>8} {'size':>10}  {'precision':<10}  epochs")
     for name, m in models.items():
-        acc = f"{100 * m['test_acc']:.1f}%" if math.isfinite(m["test_acc"]) else "-"
+        acc = f"{100 * m.test_acc:.1f}%" if math.isfinite(m.test_acc) else "-"
         print(
-            f"{name:<34} {acc:>9} {m['params'] / 1e6:7.3f}M {m['bytes'] / 2**20:7.2f}MiB  "
-            f"{m['precision']:<10}  {m['epochs']}"
+            f"{name:<34} {acc:>9} {m.params / 1e6:7.3f}M {m.bytes / 2**20:7.2f}MiB  "
+            f"{m.precision:<10}  {m.epochs}"
         )
-    sizes = sorted({m["n_test_images"] for m in models.values()})
+    sizes = sorted({m.n_test_images for m in models.values()})
     images = (
         f"{sizes[0]} test images" if len(sizes) == 1 else f"{', '.join(map(str, sizes))} test images by model"
     )

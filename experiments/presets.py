@@ -23,7 +23,7 @@ from sa_conv.data.config import DataConfig
 from sa_conv.models import MODELS, ResNetConfig, SAConfig
 from sa_conv.training.config import RunConfig
 from sa_conv.utils.quote import quoted
-from sa_conv.utils.schedule import OptimConfig
+from sa_conv.utils.schedule import OptimConfig, Schedule
 
 __all__ = ["SCALES", "preset"]
 
@@ -40,7 +40,7 @@ _MODEL: dict[type, dict[str, dict[str, Any]]] = {
     ResNetConfig: {"small": {"width": 16}, "small6": {"width": 16}, "tiny": {"width": 16}},
 }
 # The paper's ResNet18 run used its script's defaults: lr / 10 at epochs 80, 150, 250, no warm-up.
-_SCHEDULE: dict[type, str] = {ResNetConfig: "multistep"}
+_SCHEDULE: dict[type, Schedule] = {ResNetConfig: "multistep"}
 _EPOCHS = {"paper": 300, "small": 15, "small6": 15, "tiny": 3}
 _DATA: dict[str, DataConfig] = {"tiny": DataConfig(train_subset=10_000, val_size=1_000)}
 

@@ -133,10 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     pruned = degenerate(backbone)
     heads_before = list(backbone.config.heads_per_layer)
     params_before = sum(p.numel() for p in backbone.parameters())
+    rules = [e.degenerate_rule for e in backbone.encodings() if e is not None and e.degenerate_rule]
     report: dict[str, Any] = {
         "checkpoint": str(args.checkpoint),
         "model": config.model,
-        "rule": "; ".join(dict.fromkeys(e.degenerate_rule for e in backbone.encodings())),
+        "rule": "; ".join(dict.fromkeys(rules)),
         "pruned": {str(i + 1): [h + 1 for h in heads] for i, heads in pruned.items()},  # layers, heads from 1
         "heads_before": heads_before,
         "params_before": params_before,

@@ -14,6 +14,7 @@ from helpers.browser import FLAGS, chromium
 from experiments import gallery, run
 from experiments.cli import main_guard
 from experiments.study.weights import ship
+from sa_conv.models.manifest_entry import ManifestEntry
 from sa_conv.utils.safe_load import read_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,7 +71,7 @@ def test_the_gallery_has_a_page_per_model_and_an_index_linking_them(shipped, tmp
 
 
 def test_a_model_without_attention_is_named_in_the_index_with_why_it_has_no_page(tmp_path) -> None:
-    entry = {"model": "resnet18", "epochs": 15, "precision": "32-true", "test_acc": 0.8, "params": 1e6}
+    entry = ManifestEntry("resnet18", "small", 0, "32-true", 15, 0.8, 2000, 10**6, "f", 1, "0", config={})
     index = gallery.index_page({"small/resnet18-seed0": entry}, {"small/resnet18-seed0": None}, {}, tmp_path)
     assert "small/resnet18-seed0<br><small>no attention: no explorer page</small>" in index
     assert "href" not in index

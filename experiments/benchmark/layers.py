@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from experiments.benchmark.tools import Scale, forward_backward, peak_memory, time_it
-from sa_conv.nn.attention import MultiHeadSelfAttention2d
+from sa_conv.nn.attention import Impl, MultiHeadSelfAttention2d
 from sa_conv.nn.encodings import (
     CompositeRelativeEncoding,
     GaussianEncoding,
@@ -29,9 +29,9 @@ BASELINE = (
 
 def variants(
     dim: int, heads: int, grid: int, device: torch.device
-) -> dict[str, tuple[MultiHeadSelfAttention2d, str]]:
+) -> dict[str, tuple[MultiHeadSelfAttention2d, Impl]]:
     """Each attention variant at one size, with its fast path on ``device``."""
-    content = "sdpa" if device.type == "cuda" else "tiled"
+    content: Impl = "sdpa" if device.type == "cuda" else "tiled"
     return {
         "quadratic": (MultiHeadSelfAttention2d(dim, heads, encoding=QuadraticEncoding(heads)), "separable"),
         "gaussian": (MultiHeadSelfAttention2d(dim, heads, encoding=GaussianEncoding(heads)), "shared"),
@@ -56,7 +56,7 @@ def variants(
 
 def projection_floor(
     layer: MultiHeadSelfAttention2d, batch: int, grid: int, device: torch.device
-) -> Callable:
+) -> Callable[[], None]:
     """The unavoidable part of a full-width layer: its output projection ``Linear(heads * dim, dim)`` alone,
     forward and backward (input gradient included), on a ``(B, H, W, heads * dim)`` input."""
     proj = copy.deepcopy(layer.proj)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -18,8 +18,8 @@ from torch import nn
 from experiments.benchmark.tools import Scale, time_it
 from experiments.presets import preset
 from sa_conv.analysis.flops import counted_flops
-from sa_conv.models import MODELS, create_model
-from sa_conv.nn.attention import MultiHeadSelfAttention2d
+from sa_conv.models import MODELS, Backbone, create_model
+from sa_conv.nn.attention import Impl, MultiHeadSelfAttention2d
 from sa_conv.training.precision import emulated_products, mixed_precision
 from sa_conv.utils.allocator import keep_freed_memory
 from sa_conv.utils.machine import resolve_precision
@@ -65,10 +65,11 @@ def bench_training_step(scale: Scale, device: torch.device) -> dict[str, Any]:
     the reference), with the paper's dropout 0.1 (one mask per step on the shared path, against the
     reference with one mask per image), and in bf16 autocast against float32."""
 
-    def model(dropout: float, impl: str) -> nn.Module:
+    def model(dropout: float, impl: Impl) -> Backbone:
         torch.manual_seed(0)
         m = create_model("quadratic", **{**scale.model, "attn_dropout": dropout}).to(device).train()
         for layer in m.attention_layers():
+            assert isinstance(layer, MultiHeadSelfAttention2d)  # every layer of the quadratic model
             layer.impl = impl
         return m
 
@@ -77,7 +78,7 @@ def bench_training_step(scale: Scale, device: torch.device) -> dict[str, Any]:
     result["dropout_off"] = {**off, "speedup": off["auto"] / off["reference"]}
     baseline = model(0.1, "reference")
     for layer in baseline.attention_layers():
-        layer.forward = per_image_dropout(layer)
+        layer.forward = per_image_dropout(cast(MultiHeadSelfAttention2d, layer))
     paper = {
         "per_image_reference": step_images_per_second(baseline, scale, device),
         "reference": step_images_per_second(model(0.1, "reference"), scale, device),
@@ -98,7 +99,7 @@ def bench_training_step(scale: Scale, device: torch.device) -> dict[str, Any]:
 
 
 def interleaved(
-    steps: dict[str, Callable[[], None]], device: torch.device, *, repeats: int | None = None
+    steps: Mapping[str, Callable[[], object]], device: torch.device, *, repeats: int | None = None
 ) -> dict[str, float]:
     """Seconds per call of each function, measured in alternation (3 rounds, the best kept), so that a
     machine's other load falls on every configuration alike; ``repeats``: one round of that many timed
@@ -153,7 +154,7 @@ def _denormals_kept(step: Callable[[], None]) -> Callable[[], None]:
     return run
 
 
-def _on_path(model: nn.Module, impl: str) -> nn.Module:
+def _on_path(model: Backbone, impl: Impl) -> Backbone:
     """``model`` with every attention layer that has a choice of computation set to ``impl``."""
     for layer in model.attention_layers():
         if isinstance(layer, MultiHeadSelfAttention2d):
@@ -161,12 +162,12 @@ def _on_path(model: nn.Module, impl: str) -> nn.Module:
     return model
 
 
-def _has_reference(model: nn.Module) -> bool:
+def _has_reference(model: Backbone) -> bool:
     """Whether ``model`` has attention layers with a reference computation to compare against."""
     return any(isinstance(layer, MultiHeadSelfAttention2d) for layer in model.attention_layers())
 
 
-def build_model(name: str, scale_name: str, device: torch.device, impl: str = "auto") -> nn.Module:
+def build_model(name: str, scale_name: str, device: torch.device, impl: Impl = "auto") -> Backbone:
     """Model ``name`` at a preset scale in training mode, from seed 0, its attention on ``impl``."""
     torch.manual_seed(0)
     return _on_path(MODELS[name].build(preset(name, scale_name).model_config).to(device).train(), impl)
@@ -179,7 +180,9 @@ def bench_allocator(
     after ``keep_freed_memory``: must run before anything in the process changes them (they cannot be
     put back), so the two phases are measured one after the other, each interleaved (``repeats``: as
     ``interleaved``)."""
-    paths = [(name, impl) for name in ALLOCATOR_MODELS for impl in ("reference", "auto")]
+    paths: list[tuple[str, Impl]] = [
+        (name, impl) for name in ALLOCATOR_MODELS for impl in ("reference", "auto")
+    ]
     steps = {
         f"{name}/{impl}": sgd_step(build_model(name, scale_name, device, impl), batch, device, FLOAT32)
         for name, impl in paths
@@ -225,7 +228,7 @@ def bench_model_steps(
     for name in MODELS:
         model = build_model(name, scale_name, device)
         flops = counted_flops(model, training=True, batch=batch)
-        steps = {p: sgd_step(model, batch, device, p) for p in (FLOAT32, BF16)}
+        steps: dict[str, Callable[[], None]] = {p: sgd_step(model, batch, device, p) for p in (FLOAT32, BF16)}
         if device.type == "cpu":  # flushing denormals is a CPU mode: on a GPU the two would be the same
             steps["eager"] = _denormals_kept(sgd_step(model, batch, device, FLOAT32))
         if _has_reference(model):
@@ -233,7 +236,7 @@ def bench_model_steps(
             steps["reference"] = sgd_step(reference, batch, device, FLOAT32)
         seconds = interleaved(steps, device, repeats=repeats)
         reference_speed = batch / seconds["reference"] if "reference" in seconds else None
-        row = {
+        row: dict[str, Any] = {
             "model": name,
             "eager_float32_images_per_s": batch / seconds.get("eager", seconds[FLOAT32]),
             "float32_images_per_s": batch / seconds[FLOAT32],

@@ -56,7 +56,8 @@ def _parser_for(hint: Any) -> tuple[Callable[[str], Any], dict[str, Any]]:
     if origin is tuple:
         item, _ = _parser_for(args[0])
         return item, {"nargs": "+"}
-    return {int: parse_int, float: parse_float, str: str, Path: Path}.get(hint, str), {}
+    parsers: dict[object, Callable[[str], Any]] = {int: parse_int, float: parse_float, str: str, Path: Path}
+    return parsers.get(hint, str), {}
 
 
 def add_config_flags(

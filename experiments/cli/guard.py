@@ -11,7 +11,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from experiments.cli.memory import is_out_of_memory, memory_device, out_of_memory_line
 from sa_conv.utils.errors import CheckpointError, DataError, RankLostError, RunInterruptedError
@@ -65,7 +65,13 @@ def _message(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-def main_guard(main: Callable[[list[str] | None], int | None]) -> Callable[[list[str] | None], int]:
+class Command(Protocol):
+    """A program's guarded entry point: ``argv`` (default ``sys.argv[1:]``) in, the exit code out."""
+
+    def __call__(self, argv: list[str] | None = None) -> int: ...
+
+
+def main_guard(main: Callable[[list[str] | None], int | None]) -> Command:
     """Run ``main(argv)``; expected failures print ``error: ...`` in one line and return 1; a run stopped
     by a signal prints ``stopped: ...`` (where, and how to resume) and returns 130 after Ctrl-C, 143 after
     SIGTERM; out of memory says the batch size and how to lower it (``MemoryUse``), and how to resume
@@ -137,7 +143,7 @@ def quiet_disk_full_threads() -> None:
         return
 
     def hook(args: threading.ExceptHookArgs) -> None:
-        if not is_disk_full(args.exc_value):
+        if args.exc_value is None or not is_disk_full(args.exc_value):
             previous(args)
 
     threading.excepthook = _quiet_hooks["installed"] = hook

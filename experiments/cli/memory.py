@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Literal
 
 __all__ = ["MemoryUse", "is_out_of_memory", "memory_device", "out_of_memory_line"]
 
@@ -54,9 +55,9 @@ class MemoryUse:
 
     def __exit__(
         self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
-    ) -> bool:
+    ) -> Literal[False]:
         if err is not None and is_out_of_memory(err) and not hasattr(err, "memory_use"):
-            err.memory_use = self  # type: ignore[union-attr]
+            err.memory_use = self  # type: ignore[attr-defined]
         return False
 
 

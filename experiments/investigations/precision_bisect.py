@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from experiments.cli import main_guard
 from experiments.presets import preset
 from sa_conv.data.augmentation import random_crop_flip
-from sa_conv.models.sa_classifier import SAClassifier
+from sa_conv.models.sa_classifier import SABlock, SAClassifier
 from sa_conv.nn.autocast import no_autocast
 from sa_conv.training.precision import Bf16ProductsInFloat32, flush_denormals, mixed_precision
 from sa_conv.training.run import datamodule_for, module_for
@@ -54,7 +54,7 @@ def _in_float32(module: nn.Module, *, round_back: bool) -> None:
             out = forward(*(a.float() if isinstance(a, Tensor) else a for a in args))
         return out.to(dtype) if round_back else out
 
-    module.forward = wrapped  # type: ignore[method-assign]
+    module.forward = wrapped
 
 
 class _FeedForward(nn.Module):
@@ -70,23 +70,24 @@ class _FeedForward(nn.Module):
 
 def apply_policy(model: SAClassifier, policy: str) -> None:
     """Keep the part of ``policy`` in float32 (in place; the plain-autocast policies)."""
-    for block in model.blocks:
+    for block in model.sa_blocks():
         if policy in ("norms", "residual"):
             for norm in (block.attn_norm, block.ffn_norm):
                 _in_float32(norm, round_back=policy == "norms")
         elif policy == "ffn":
             ffn = _FeedForward(block.fc1, block.fc2)
             _in_float32(ffn, round_back=True)
-            block.fc2 = ffn  # fc2(gelu(fc1(x))) -> the whole sublayer; fc1 then passes through
-            block.fc1 = nn.Identity()
-            block.forward = _ffn_block_forward(block)  # type: ignore[method-assign]
+            patched: nn.Module = block  # sublayers and forward replaced by ones of other types
+            patched.fc2 = ffn  # fc2(gelu(fc1(x))) -> the whole sublayer; fc1 then passes through
+            patched.fc1 = nn.Identity()
+            patched.forward = _ffn_block_forward(block)
         elif policy == "attention":
             _in_float32(block.attention, round_back=True)
     if policy == "embed":
         _in_float32(model.embed, round_back=True)
 
 
-def _ffn_block_forward(block: nn.Module) -> Callable[[Tensor], Tensor]:
+def _ffn_block_forward(block: SABlock) -> Callable[[Tensor], Tensor]:
     def forward(x: Tensor) -> Tensor:
         a = block.attention(x)
         x = block.attn_norm(x + block.dropout(block.attn_dense(a)))
@@ -105,7 +106,7 @@ def _logits_and_loss(model: SAClassifier, images: Tensor, labels: Tensor, policy
         return F.cross_entropy(model.head(x.float().mean(dim=(1, 2))), labels)
 
 
-def _forward_context(policy: str, emulate: bool) -> contextlib.AbstractContextManager:
+def _forward_context(policy: str, emulate: bool) -> contextlib.AbstractContextManager[object]:
     if policy == "float32":
         return contextlib.nullcontext()
     if policy == "contract":
@@ -135,6 +136,7 @@ def bisect(policy: str, *, data_dir: Path, steps: int, seed: int) -> dict[str, A
     pl.seed_everything(seed, verbose=False)
     module = module_for(config)
     model = module.backbone
+    assert isinstance(model, SAClassifier)  # the quadratic preset's model
     apply_policy(model, policy)
     model.train()
     optim = config.optim

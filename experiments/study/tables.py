@@ -24,7 +24,7 @@ from sa_conv.analysis.maps import history_of, initial_of, layer_summary
 from sa_conv.analysis.snapshots import LocalitySnapshot
 from sa_conv.analysis.statistics import accuracy_stderr, compare, per_image
 from sa_conv.models import SAConfig
-from sa_conv.models.weights import entry_file, manifest, read_weights
+from sa_conv.models.weights import ManifestEntry, entry_file, manifest, read_weights
 from sa_conv.training.config import RunConfig, config_difference
 from sa_conv.training.epochs import epochs_json
 from sa_conv.training.summary import RunSummary
@@ -50,7 +50,7 @@ Key = tuple[str, int]  # a run of the study: its entry's name and its seed
 
 def flops_of(config: RunConfig) -> dict[str, int]:
     """GFLOP columns of a run: its training step (forward + backward, the trained path) and evaluation."""
-    family = config.model_config
+    family = config.resolved_model_config
     return {
         "train_flops_per_image": analytic_flops(config.model, family, training=True),
         "eval_flops_per_image": analytic_flops(config.model, family, training=False, passes="forward"),
@@ -216,12 +216,12 @@ def committed_rows(
     return kept
 
 
-def same_run(name: str, entry: dict[str, Any], row: dict[str, Any], config: RunConfig) -> bool:
+def same_run(name: str, entry: ManifestEntry, row: dict[str, Any], config: RunConfig) -> bool:
     """Whether the manifest's ``entry`` shipped the run of ``row`` (the same test accuracy and config);
     where it did not, a warning says why the row keeps its committed locality."""
-    differs = config_difference(entry.get("config") or {}, config.to_dict())
-    if entry.get("test_acc") is None or entry.get("test_acc") != row.get("test_acc"):
-        differs.insert(0, f"test_acc={quoted(entry.get('test_acc'))} (row: {quoted(row.get('test_acc'))})")
+    differs = config_difference(entry.config, config.to_dict())
+    if entry.test_acc != row.get("test_acc"):
+        differs.insert(0, f"test_acc={quoted(entry.test_acc)} (row: {quoted(row.get('test_acc'))})")
     if differs:
         print(
             f"warning: the shipped {name} is another run ({', '.join(differs)}); its row keeps its "
@@ -231,7 +231,7 @@ def same_run(name: str, entry: dict[str, Any], row: dict[str, Any], config: RunC
     return not differs
 
 
-def shipped_locality(name: str, entry: dict[str, Any], weights: Path) -> dict[str, Any]:
+def shipped_locality(name: str, entry: ManifestEntry, weights: Path) -> dict[str, Any]:
     """A shipped run's ``layers`` and ``locality_history`` columns, from the locality record in the
     weights file of its manifest ``entry`` (none where it carries no record, or where the file is missing,
     unreadable or malformed)."""
@@ -329,7 +329,8 @@ def markdown(
     per-layer locality table."""
     base = preset("quadratic", scale)
     command = f"python -m experiments.study --scale {scale} --data-dir DIR"
-    sa, data = base.model_config, base.data
+    sa, data = base.resolved_model_config, base.data
+    assert isinstance(sa, SAConfig)  # the quadratic preset
     budget = (
         f"Budget, the same for every model unless noted: {base.epochs} epochs, batch {data.batch_size}, "
         f"protocol {data.protocol} ({data.val_size} validation images held out), "

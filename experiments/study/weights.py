@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from sa_conv.analysis.snapshots import LocalitySnapshot, history_json
-from sa_conv.models.weights import backbone_of, manifest, save_weights, sha256_of, weights_dir
+from sa_conv.models.weights import ManifestEntry, backbone_of, manifest, save_weights, sha256_of, weights_dir
 from sa_conv.training.checkpoints import with_best
 from sa_conv.training.config import RunConfig, config_difference
 from sa_conv.training.resume import Resume, find_resume
@@ -43,8 +43,8 @@ def ship_run(name: str, summary: RunSummary, row: dict[str, Any], weights: Path)
     shipped = manifest(weights).get(name)
     if (
         shipped is not None
-        and shipped["test_acc"] == summary.test_acc
-        and not config_difference(shipped["config"], summary.config)
+        and shipped.test_acc == summary.test_acc
+        and not config_difference(shipped.config, summary.config)
     ):
         return
     best = summary.best_checkpoint
@@ -54,7 +54,7 @@ def ship_run(name: str, summary: RunSummary, row: dict[str, Any], weights: Path)
     commit = summary.commit or source_commit()
     ckpt = read_checkpoint(best)
     entry = ship(name, ckpt, row=row, history=summary.locality_history, commit=commit, root=weights)
-    print(f"== {name}: weights shipped, {weights / entry['file']} ({entry['bytes'] / 2**20:.2f} MiB)")
+    print(f"== {name}: weights shipped, {weights / entry.file} ({entry.bytes / 2**20:.2f} MiB)")
 
 
 def carry(scale: str, run: str, resume: Resume | None, weights: Path) -> Path | None:
@@ -85,7 +85,7 @@ def ship(
     history: Sequence[LocalitySnapshot] | None,
     commit: str | None,
     root: Path | None = None,
-) -> dict[str, Any]:
+) -> ManifestEntry:
     """Write the weights of ``ckpt`` (a run's reported checkpoint) as shipped model ``name`` under
     ``root`` (default ``weights_dir()``) and list it in the manifest (under a lock: studies of several
     scales may ship at once); returns its entry."""
@@ -103,27 +103,28 @@ def ship(
         history=history_json(history or []),
         step=ckpt.get("global_step"),
     )
-    entry = {
-        "model": row["model"],
-        "scale": name.split("/")[0],
-        "seed": row["seed"],
-        "precision": row.get("precision", FLOAT32),
-        "epochs": row["epochs"],
-        "epoch_of_weights": (ckpt.get("epoch") or 0) + 1,
-        "test_acc": row["test_acc"],
-        "n_test_images": row["n_test_images"],
-        "params": sum(p.numel() for p in backbone.parameters()),
-        "file": file,
-        "bytes": staged.stat().st_size,
-        "sha256": sha256_of(staged),
-        "commit": commit,
-        "config": run_config,
-    }
+    entry = ManifestEntry(
+        model=row["model"],
+        scale=name.split("/")[0],
+        seed=row["seed"],
+        precision=row.get("precision", FLOAT32),
+        epochs=row["epochs"],
+        epoch_of_weights=(ckpt.get("epoch") or 0) + 1,
+        test_acc=row["test_acc"],
+        n_test_images=row["n_test_images"],
+        params=sum(p.numel() for p in backbone.parameters()),
+        file=file,
+        bytes=staged.stat().st_size,
+        sha256=sha256_of(staged),
+        commit=commit,
+        config=run_config,
+    )
     with locked(root / ".manifest.lock"):
         models = manifest(root)
         models[name] = entry
         os.replace(staged, root / file)
-        write_text(root / "manifest.json", json.dumps(dict(sorted(models.items())), indent=1) + "\n")
+        entries = {key: models[key].to_json() for key in sorted(models)}
+        write_text(root / "manifest.json", json.dumps(entries, indent=1) + "\n")
     return entry
 
 

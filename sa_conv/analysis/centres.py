@@ -13,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Ellipse, Rectangle
@@ -29,7 +30,9 @@ def _head_colours(heads: int) -> np.ndarray:
     return matplotlib.colormaps["tab20"](np.arange(heads) % 20)
 
 
-def _gaussian_ellipse(centre: np.ndarray, inv_cov: np.ndarray, mass: float, colour, style: str) -> Ellipse:
+def _gaussian_ellipse(
+    centre: np.ndarray, inv_cov: np.ndarray, mass: float, colour: np.ndarray, style: str
+) -> Ellipse:
     """The ellipse d^T A d = r(mass)^2 around ``centre`` (dy, dx), drawn in (x = dx, y = dy)."""
     vals, vecs = np.linalg.eigh(inv_cov)  # A in (dy, dx) coordinates, ascending eigenvalues
     vals = np.clip(vals, 1e-6, None)
@@ -61,7 +64,9 @@ def _extent(centres: np.ndarray, inv_cov: np.ndarray | None, limit: float = 16.0
     return float(np.clip(np.ceil(reach.max() + 0.5), 3.0, limit))
 
 
-def _centre_panel(ax, centres: np.ndarray, inv_cov: np.ndarray | None, extent: float, annotate: bool) -> None:
+def _centre_panel(
+    ax: Axes, centres: np.ndarray, inv_cov: np.ndarray | None, extent: float, annotate: bool
+) -> None:
     colours = _head_colours(len(centres))
     uniform = _uniform(inv_cov)
     for h, (dy, dx) in enumerate(centres):
@@ -111,7 +116,7 @@ def _centre_legend(fig: Figure, *, moved: bool = False) -> None:
     fig.legend(handles=legend, loc="outside lower center", ncols=3, fontsize=7)
 
 
-def _arrows(ax, start: np.ndarray, end: np.ndarray) -> None:
+def _arrows(ax: Axes, start: np.ndarray, end: np.ndarray) -> None:
     """Each head's start (a hollow circle) and an arrow from it to where the head ended."""
     colours = _head_colours(len(start))
     for h in range(len(start)):

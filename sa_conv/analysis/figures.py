@@ -18,8 +18,10 @@ import matplotlib
 matplotlib.use("Agg")
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
+from matplotlib.image import AxesImage
 from torch import Tensor
 
 from sa_conv.analysis.locality import SHARP_MASS
@@ -51,22 +53,24 @@ def mass_radius(mass: float) -> float:
     return math.sqrt(-2.0 * math.log(1.0 - mass))
 
 
-def _crop(p: np.ndarray, query: tuple[int, int], window: int | None) -> tuple[np.ndarray, list[float]]:
+def _crop(
+    p: np.ndarray, query: tuple[int, int], window: int | None
+) -> tuple[np.ndarray, tuple[float, float, float, float]]:
     """The window of ``p`` (H, W) around the query, and its extent in shifts (dy, dx) from the query."""
     qy, qx = query
     h, w = p.shape
     if window is None:
-        return p, [-qx - 0.5, w - qx - 0.5, h - qy - 0.5, -qy - 0.5]
+        return p, (-qx - 0.5, w - qx - 0.5, h - qy - 0.5, -qy - 0.5)
     y0, y1, x0, x1 = (
         max(qy - window, 0),
         min(qy + window + 1, h),
         max(qx - window, 0),
         min(qx + window + 1, w),
     )
-    return p[y0:y1, x0:x1], [x0 - qx - 0.5, x1 - qx - 0.5, y1 - qy - 0.5, y0 - qy - 0.5]
+    return p[y0:y1, x0:x1], (x0 - qx - 0.5, x1 - qx - 0.5, y1 - qy - 0.5, y0 - qy - 0.5)
 
 
-def _query_corners(ax) -> None:
+def _query_corners(ax: Axes) -> None:
     """Red corner marks around the query pixel (shift 0, 0): its own value stays visible."""
     for sx in (-1, 1):
         for sy in (-1, 1):
@@ -76,14 +80,14 @@ def _query_corners(ax) -> None:
 
 
 def _cell(
-    ax,
+    ax: Axes,
     p: np.ndarray,
     query: tuple[int, int] | None,
     *,
     vmax: float,
     window: int | None = WINDOW,
     contours: bool = True,
-):
+) -> AxesImage:
     """One attention map on the figure's colour scale, cropped around the query; returns the image."""
     if query is None:
         image = ax.imshow(p, cmap=CMAP, norm=Normalize(0, vmax), interpolation="nearest")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -34,16 +35,38 @@ Pass = Literal["forward", "forward+backward"]
 _aten = torch.ops.aten
 
 
-def _sdpa_cpu(query, key, value, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+Shape = Sequence[int]  # a tensor's shape, as torch's FLOP formulas receive it
+
+
+def _sdpa_cpu(
+    query: Shape, key: Shape, value: Shape, *args: object, out_shape: object = None, **kwargs: object
+) -> int:
     return flop_counter.sdpa_flop_count(query, key, value)
 
 
-def _sdpa_cpu_backward(grad_out, query, key, value, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+def _sdpa_cpu_backward(
+    grad_out: Shape,
+    query: Shape,
+    key: Shape,
+    value: Shape,
+    *args: object,
+    out_shape: object = None,
+    **kwargs: object,
+) -> int:
     return flop_counter.sdpa_backward_flop_count(grad_out, query, key, value)
 
 
 def _conv_backward(
-    grad_out, x, weight, bias, stride, padding, dilation, transposed, *args: Any, out_shape: Any = None
+    grad_out: Shape,
+    x: Shape,
+    weight: Shape,
+    bias: Shape | None,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    transposed: bool,
+    *args: Any,
+    out_shape: object = None,
 ) -> int:
     """Each requested gradient (input, weight) costs the forward's products: 2 out C_in/groups K^2."""
     output_padding, groups, output_mask = args

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 __all__ = ["ResumableBatchSampler", "ResumableDataLoader", "TensorImages", "resumable_loader", "whole_batch"]
 
 
-class TensorImages(Dataset):
+class TensorImages(Dataset[tuple[Tensor, Tensor]]):
     """uint8 images ``(N, 3, H, W)`` and labels ``(N,)``, fetched a whole batch at a time."""
 
     def __init__(self, images: Tensor, labels: Tensor) -> None:
@@ -88,7 +88,7 @@ class ResumableBatchSampler(Sampler[list[int]]):
         self.epoch, self.consumed = state["epoch"], state["consumed"]
 
 
-class ResumableDataLoader(DataLoader):
+class ResumableDataLoader(DataLoader[tuple[Tensor, Tensor]]):
     """A DataLoader whose position Lightning saves in checkpoints (``state_dict``/``load_state_dict``)."""
 
     @property

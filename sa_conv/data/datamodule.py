@@ -148,16 +148,16 @@ class CIFAR10DataModule(pl.LightningDataModule):
             return min(batches, limit)
         return max(1, int(batches * limit)) if isinstance(limit, float) else batches
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> DataLoader[tuple[Tensor, Tensor]]:
         loader = self._loader(self.split("train"), train=True)
         self._train_sampler = loader.position  # it advances as batches are used
         return loader
 
-    def val_dataloader(self) -> DataLoader:
+    def val_dataloader(self) -> DataLoader[tuple[Tensor, Tensor]]:
         """The held-out split, or the test split under the paper's protocol."""
         return self._loader(self.split(self.evaluated_split()), train=False)
 
-    def test_dataloader(self) -> DataLoader:
+    def test_dataloader(self) -> DataLoader[tuple[Tensor, Tensor]]:
         return self._loader(self.split("test"), train=False)
 
     def on_after_batch_transfer(

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from sa_conv.models import MODELS as REGISTRY
 from sa_conv.models import Backbone, model_config
+from sa_conv.models.manifest_entry import ENTRY_FIELDS, ManifestEntry
 from sa_conv.models.weights_folder import weights_dir
 from sa_conv.utils.files import atomic_write
 from sa_conv.utils.json_values import is_json, json_kind
@@ -36,6 +37,7 @@ from sa_conv.utils.version import __version__
 __all__ = [
     "ENTRY_FIELDS",
     "FORMAT",
+    "ManifestEntry",
     "backbone_of",
     "check_fit",
     "entry_file",
@@ -61,24 +63,7 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-# the fields of a manifest entry the suite reads, and their JSON types
-ENTRY_FIELDS: dict[str, type | tuple[type, ...]] = {
-    "model": str,
-    "scale": str,
-    "seed": int,
-    "precision": str,
-    "epochs": int,
-    "test_acc": (int, float),
-    "n_test_images": int,
-    "params": int,
-    "file": str,
-    "bytes": int,
-    "sha256": str,
-    "config": dict,
-}
-
-
-def manifest(root: Path | None = None) -> dict[str, dict[str, Any]]:
+def manifest(root: Path | None = None) -> dict[str, ManifestEntry]:
     """The shipped models by name (empty where none ship); ``CheckpointError`` names what is wrong with a
     manifest that is not one (not JSON, not an object of entries, an entry without a field it needs)."""
     path = (root or weights_dir()) / "manifest.json"
@@ -91,18 +76,7 @@ def manifest(root: Path | None = None) -> dict[str, dict[str, Any]]:
         raise CheckpointError(str(err)) from None
     if not isinstance(models, dict):
         raise CheckpointError(f"{path} must be an object of model entries by name, not {json_kind(models)}")
-    for name, entry in models.items():
-        if not isinstance(entry, dict):
-            raise CheckpointError(f"{path}: entry {quoted(name)} is {json_kind(entry)}, not an object")
-        for field, kind in ENTRY_FIELDS.items():
-            if field not in entry:
-                raise CheckpointError(f"{path}: entry {quoted(name)} has no {quoted(field)}")
-            if not is_json(entry[field], kind):
-                raise CheckpointError(
-                    f"{path}: entry {quoted(name)} has {json_kind(entry[field])} as {quoted(field)}, "
-                    f"not {json_kind(kind)}"
-                )
-    return models
+    return {name: ManifestEntry.from_json(name, entry, str(path)) for name, entry in models.items()}
 
 
 def save_weights(
@@ -176,16 +150,16 @@ def _metadata_field(
     return value
 
 
-def entry_file(name: str, entry: dict[str, Any], root: Path | None = None) -> Path:
+def entry_file(name: str, entry: ManifestEntry, root: Path | None = None) -> Path:
     """Where manifest ``entry`` (of model ``name``) keeps its weights: its ``file``, a relative
     ``.safetensors`` path below the weights folder ``root`` that stays there once resolved (no symlink
     leads out); ``CheckpointError`` for any other path."""
     root = root or weights_dir()
-    file = PurePosixPath(entry["file"])
+    file = PurePosixPath(entry.file)
     inside = not file.is_absolute() and ".." not in file.parts and file.suffix == ".safetensors"
     if not inside or root.resolve() not in (root / file).resolve().parents:
         raise CheckpointError(
-            f"the manifest's file of {quoted(name)} ({quoted(entry['file'])}) must be a relative "
+            f"the manifest's file of {quoted(name)} ({quoted(entry.file)}) must be a relative "
             ".safetensors path inside the weights folder, not led out of it by a symlink (a shared store: "
             "name it with SA_CONV_WEIGHTS)"
         )
@@ -201,7 +175,7 @@ def shipped_file(name: str) -> Path:
     path = entry_file(name, models[name])
     if not path.is_file():
         raise CheckpointError(f"the weights of {name} ({path}) are missing from this checkout")
-    if sha256_of(path) != models[name]["sha256"]:
+    if sha256_of(path) != models[name].sha256:
         raise CheckpointError(f"{path} differs from the manifest's sha256: the file changed since it shipped")
     return path
 

@@ -25,7 +25,7 @@ def autocast_dtype(device: torch.device, default: torch.dtype) -> torch.dtype:
     return torch.get_autocast_dtype(device.type) if autocast_enabled(device) else default
 
 
-def no_autocast(device: torch.device) -> contextlib.AbstractContextManager:
+def no_autocast(device: torch.device) -> contextlib.AbstractContextManager[None]:
     """A block outside autocast on ``device``."""
     if autocast_available(device):
         return torch.autocast(device.type, enabled=False)

@@ -302,7 +302,7 @@ def load_trained(spec: str | Path) -> dict[str, Any]:
             raise CheckpointError(f"weights file {path} does not exist")
         return read_weights(path)
     if not path.exists() and path.suffix != ".ckpt" and "/" in str(spec):
-        return {**read_weights(shipped_file(str(spec))), "shipped": manifest()[str(spec)]}
+        return {**read_weights(shipped_file(str(spec))), "shipped": manifest()[str(spec)].to_json()}
     return read_checkpoint(path)
 
 

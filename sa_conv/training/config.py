@@ -70,6 +70,13 @@ class RunConfig:
     tf32: bool = option(True, "float32 matrix products on CUDA in TF32 (--no-tf32: strict float32)")
     seed: int = option(0, "weights, data split, augmentation and dropout")
 
+    @property
+    def resolved_model_config(self) -> SAConfig | ResNetConfig:
+        """The model's config, as construction resolved it from the registry's defaults and overrides."""
+        if not isinstance(self.model_config, (SAConfig, ResNetConfig)):
+            raise TypeError("the model config is resolved on construction")  # unreachable
+        return self.model_config
+
     def __post_init__(self) -> None:
         if self.model not in MODELS:
             raise ValueError(f"unknown model {quoted(self.model)}; valid models: {', '.join(MODELS)}")

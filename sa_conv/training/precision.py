@@ -241,7 +241,7 @@ def product_dtype(precision: Precision, device_type: str) -> torch.dtype:
     return torch.bfloat16 if precision == BF16 and not bf16_emulated(device_type) else torch.float32
 
 
-def emulated_products(device_type: str) -> contextlib.AbstractContextManager:
+def emulated_products(device_type: str) -> contextlib.AbstractContextManager[None]:
     """A block whose bf16 products are emulated where ``bf16_emulated`` (a backward pass, say)."""
     return Bf16ProductsInFloat32() if bf16_emulated(device_type) else contextlib.nullcontext()
 

@@ -144,12 +144,12 @@ class RunSummary:
         write_json(path, self.to_dict())
 
 
-def _keys() -> list[dataclasses.Field]:
+def _keys() -> list[dataclasses.Field[Any]]:
     """The fields of ``RunSummary`` that are keys of metrics.json, in order."""
     return [f for f in dataclasses.fields(RunSummary) if f.name not in ("extra", "absent")]
 
 
-def _default(f: dataclasses.Field) -> Any:
+def _default(f: dataclasses.Field[Any]) -> Any:
     """A field's default value (``dataclasses.MISSING``: it has none)."""
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "DiskFullError",
@@ -201,13 +201,17 @@ def locked(lock: str | Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+Key = TypeVar("Key", bound=Hashable)
+Row = TypeVar("Row")
+
+
 def merge_rows(
-    current: Mapping[Hashable, Any],
-    ours: Mapping[Hashable, Any],
+    current: Mapping[Key, Row],
+    ours: Mapping[Key, Row],
     *,
-    own: Collection[Hashable],
-    seen: Mapping[Hashable, Any],
-) -> dict[Hashable, Any]:
+    own: Collection[Key],
+    seen: Mapping[Key, Row],
+) -> dict[Key, Row]:
     """The rows of a table several writers share, after one writer's update, by key.
 
     ``current``: the file's rows now (read under the lock); ``ours``: the writer's view of the table;

@@ -20,7 +20,7 @@ import sa_conv
 from experiments import convert, evaluate, explore, figures, models
 from experiments.study.weights import ship
 from sa_conv.analysis.snapshots import read_history
-from sa_conv.models.weights import manifest, weights_dir
+from sa_conv.models.weights import ManifestEntry, manifest, weights_dir
 from sa_conv.training.checkpoints import load_trained, module_from_checkpoint
 from sa_conv.utils.safe_load import CheckpointError, read_checkpoint
 
@@ -38,7 +38,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def shipped(run_dir: Path) -> dict:
+def shipped(run_dir: Path) -> ManifestEntry:
     """The run's best checkpoint shipped as ``NAME`` into this test's weights folder."""
     metrics = json.loads((run_dir / "metrics.json").read_text())
     ckpt = read_checkpoint(metrics["best_checkpoint"])
@@ -48,11 +48,13 @@ def shipped(run_dir: Path) -> dict:
     )
 
 
-def test_shipped_weights_hold_the_checkpoints_tensors_and_load_by_name(run_dir: Path, shipped: dict) -> None:
+def test_shipped_weights_hold_the_checkpoints_tensors_and_load_by_name(
+    run_dir: Path, shipped: ManifestEntry
+) -> None:
     ckpt = read_checkpoint(json.loads((run_dir / "metrics.json").read_text())["best_checkpoint"])
     entry = manifest()[NAME]
-    assert entry == shipped and entry["commit"] == "abc" and entry["file"] == f"{NAME}.safetensors"
-    assert entry["bytes"] == (weights_dir() / entry["file"]).stat().st_size < 2**20
+    assert entry == shipped and entry.commit == "abc" and entry.file == f"{NAME}.safetensors"
+    assert entry.bytes == (weights_dir() / entry.file).stat().st_size < 2**20
     record = load_trained(NAME)
     assert record["hyper_parameters"] == ckpt["hyper_parameters"]
     assert record["run_config"] == ckpt["run_config"]
@@ -68,8 +70,8 @@ def test_shipped_weights_hold_the_checkpoints_tensors_and_load_by_name(run_dir: 
     torch.testing.assert_close(backbone(images), expected, rtol=0, atol=0)
 
 
-def test_a_changed_or_missing_weights_file_is_refused(shipped: dict) -> None:
-    path = weights_dir() / shipped["file"]
+def test_a_changed_or_missing_weights_file_is_refused(shipped: ManifestEntry) -> None:
+    path = weights_dir() / shipped.file
     data = bytearray(path.read_bytes())
     data[-1] ^= 1
     path.write_bytes(bytes(data))
@@ -99,7 +101,7 @@ def test_every_command_takes_a_shipped_name(shipped: dict, tmp_path: Path, capsy
     code, out, err = call(explore, [NAME, "--out", str(page), "--images", "2"], capsys)
     assert code == 0 and page.stat().st_size > 10_000, err
     assert '"checkpoint":"tiny/quadratic-seed0"' in page.read_text()
-    assert f'"test_acc":{shipped["test_acc"]}' in page.read_text()
+    assert f'"test_acc":{shipped.test_acc}' in page.read_text()
     code, out, err = call(figures, [NAME, "--out", str(tmp_path / "figs")], capsys)
     assert code == 0 and (tmp_path / "figs" / "tiny_quadratic-seed0_layer1.png").is_file(), err
     assert (
@@ -121,12 +123,15 @@ def test_the_shipped_models_of_the_checkout_are_listed_in_its_manifest() -> None
     root = REPO / "weights"
     entries = manifest(root)
     files = sorted(str(p.relative_to(root)) for p in root.glob("*/*.safetensors"))
-    assert sorted(e["file"] for e in entries.values()) == files
+    assert sorted(e.file for e in entries.values()) == files
     from sa_conv.models.weights import sha256_of
 
+    committed = json.loads((root / "manifest.json").read_text())
+    assert {n: e.to_json() for n, e in entries.items()} == committed  # read and written back unchanged
+    assert all(list(e.to_json()) == list(committed[n]) for n, e in entries.items())  # in its key order
     for name, e in entries.items():
-        assert name == e["file"].removesuffix(".safetensors")
-        assert (root / e["file"]).stat().st_size == e["bytes"] and sha256_of(root / e["file"]) == e["sha256"]
+        assert name == e.file.removesuffix(".safetensors")
+        assert (root / e.file).stat().st_size == e.bytes and sha256_of(root / e.file) == e.sha256
 
 
 QUICK_ENTRY = {"epochs": 2, "data": {"train_subset": None, "val_size": 16, "batch_size": 16}}
@@ -157,7 +162,7 @@ def test_a_study_ships_its_finished_runs_and_resumes_a_carried_one_exactly(tmp_p
     whole, split = tmp_path / "whole", tmp_path / "split"
     assert study_in(whole) == 0
     shipped = manifest(whole / "weights")["tiny/quadratic-seed0"]
-    assert shipped["epochs"] == 2 and (whole / "weights" / shipped["file"]).is_file()
+    assert shipped.epochs == 2 and (whole / "weights" / shipped.file).is_file()
     runs = split / "results" / "runs" / "tiny" / "quadratic-seed0" / "quadratic" / "version_0" / "checkpoints"
     assert study_in(split, wait_for=runs / "last.ckpt") == 143  # stopped by SIGTERM, checkpoint saved
     assert study_in(split, "--carry") == 0
@@ -172,7 +177,7 @@ def test_a_study_ships_its_finished_runs_and_resumes_a_carried_one_exactly(tmp_p
         next((split / "results" / "runs").glob("tiny/*/quadratic/version_0/metrics.json")).read_text()
     )
     assert metrics["history"][0] == first_epoch  # continued, not started again
-    a = load_trained(whole / "weights" / shipped["file"])["state_dict"]
-    b = load_trained(split / "weights" / shipped["file"])["state_dict"]
+    a = load_trained(whole / "weights" / shipped.file)["state_dict"]
+    b = load_trained(split / "weights" / shipped.file)["state_dict"]
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert manifest(split / "weights")["tiny/quadratic-seed0"]["test_acc"] == shipped["test_acc"]
+    assert manifest(split / "weights")["tiny/quadratic-seed0"].test_acc == shipped.test_acc

@@ -23,9 +23,9 @@ def test_the_list_names_every_shipped_model_with_its_numbers_in_their_columns(
     for row, entry in zip(rows, shipped.values(), strict=True):
         _, acc, _, _, precision, epochs = row.split()
         assert (acc, precision, int(epochs)) == (
-            f"{100 * entry['test_acc']:.1f}%",
-            entry["precision"],
-            entry["epochs"],
+            f"{100 * entry.test_acc:.1f}%",
+            entry.precision,
+            entry.epochs,
         )
         assert row.index(f" {precision} ") + 1 == header.index("precision")  # the columns line up
         assert row.rindex(f" {epochs}") + 1 == header.index("epochs")

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from torch import Tensor, nn
 
     from sa_conv.nn.conversion import ConvAsAttention
+    from sa_conv.training.trained import TrainedModel
 
 from experiments.cli import (
     ArgumentParser,
@@ -239,7 +240,7 @@ def check_checkpoint(args: argparse.Namespace) -> tuple[nn.Conv2d, Tensor]:
 
     if not args.layer:
         raise UserError("--checkpoint needs --layer NAME, --all or --to-conv")
-    ckpt, module = trained_model(args.checkpoint)
+    record, module = trained_model(args.checkpoint)
     backbone = module.backbone.eval()
     convs = {name for name, m in backbone.named_modules() if type(m) is nn.Conv2d}
     if args.layer not in convs:
@@ -247,7 +248,7 @@ def check_checkpoint(args: argparse.Namespace) -> tuple[nn.Conv2d, Tensor]:
             f"{args.checkpoint} has no Conv2d named {quoted(args.layer)}; some: "
             f"{', '.join(sorted(convs)[:6])}"
         )
-    images, _ = test_images(ckpt, args, limit=args.batch)
+    images, _ = test_images(record, args, limit=args.batch)
     # the layer's real input: run the network up to it
     captured: list[Tensor] = []
     conv = cast(nn.Conv2d, backbone.get_submodule(args.layer))  # in convs: a Conv2d
@@ -259,10 +260,10 @@ def check_checkpoint(args: argparse.Namespace) -> tuple[nn.Conv2d, Tensor]:
 
 
 def test_images(
-    ckpt: dict[str, Any], args: argparse.Namespace, *, limit: int | None = None
+    record: TrainedModel, args: argparse.Namespace, *, limit: int | None = None
 ) -> tuple[Tensor, Tensor]:
     """Normalized test images and labels of the checkpoint's own data (or the flags' data)."""
-    return datamodule_of_checkpoint(ckpt, args).evaluation_images(limit)
+    return datamodule_of_checkpoint(record, args).evaluation_images(limit)
 
 
 def logits_of(model: nn.Module, images: Tensor, batch: int = 250) -> tuple[Tensor, float]:
@@ -301,12 +302,12 @@ def convert_whole_network(args: argparse.Namespace) -> int:
     from sa_conv.nn.conversion import convert_network
     from sa_conv.utils.machine import hardware
 
-    ckpt, module = trained_model(args.checkpoint)
+    record, module = trained_model(args.checkpoint)
     conv_net = module.backbone.eval()
     attention_net, converted = convert_network(conv_net, alpha=args.alpha, impl=args.impl)
     if not converted:
         raise UserError(f"{args.checkpoint} has no convolution to convert")
-    images, labels = test_images(ckpt, args)
+    images, labels = test_images(record, args)
     reference, conv_time = logits_of(conv_net, images, args.eval_batch)
     got, attention_time = logits_of(attention_net, images, args.eval_batch)
     measured = compare(reference, got, labels)
@@ -346,14 +347,14 @@ def convert_attention_to_conv(args: argparse.Namespace) -> int:
     from sa_conv.nn.attention import MultiHeadSelfAttention2d
     from sa_conv.nn.conversion import ConvInPlaceOfAttention, attention_to_conv, conv_likeness
 
-    ckpt, module = trained_model(args.checkpoint, needs_attention="attention layers")
+    record, module = trained_model(args.checkpoint, needs_attention="attention layers")
     model = module.backbone.eval()
     assert isinstance(model, SAClassifier)  # the models with attention layers
     n = len(model.blocks)
     chosen = sorted({args.layers} if isinstance(args.layers, int) else set(args.layers or range(1, n + 1)))
     if not all(1 <= i <= n for i in chosen):
         raise UserError(f"--layers must be in 1..{n}, got {args.layers}")
-    images, labels = test_images(ckpt, args)
+    images, labels = test_images(record, args)
     reference, _ = logits_of(model, images, args.eval_batch)
     side, layers = model.config.grid, []
     for i in chosen:

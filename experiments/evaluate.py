@@ -37,11 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     computing()  # the arguments are checked: now the heavy imports
     from sa_conv.training.evaluation import evaluate
 
-    ckpt, module = trained_model(args.checkpoint)
-    datamodule = datamodule_of_checkpoint(ckpt, args, batch_size=args.batch_size)
+    record, module = trained_model(args.checkpoint)
+    datamodule = datamodule_of_checkpoint(record, args, batch_size=args.batch_size)
     if args.split == "val" and datamodule.config.protocol == "paper":
         raise ValueError("the run used the paper's protocol: it has no validation split (use --split test)")
-    note = data_note(datamodule, ckpt)
+    note = data_note(datamodule, record)
     print(note, file=sys.stderr)
     with MemoryUse(batch_size=args.batch_size):
         accuracy = evaluate(module, datamodule, args.split)

@@ -14,7 +14,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from experiments.cli import (
     ArgumentParser,
@@ -29,6 +29,9 @@ from experiments.cli import (
 )
 from experiments.cli.memory import MemoryUse
 from sa_conv.utils.files import atomic_write
+
+if TYPE_CHECKING:
+    from sa_conv.training.trained import TrainedModel
 
 
 def build_parser() -> ArgumentParser:
@@ -101,7 +104,7 @@ def default_out(checkpoint: Path) -> Path:
     return checkpoint.with_suffix(".html")
 
 
-def images_for(ckpt: dict[str, Any], args: Any, n: int) -> tuple[Any, Any, str]:
+def images_for(record: TrainedModel, args: Any, n: int) -> tuple[Any, Any, str]:
     """``n`` test images as stored and as the model takes them, and where they come from (the page says):
     the checkpoint's own data, ``--data-dir``, or synthetic images when no data can be had."""
     from sa_conv.data.config import DataConfig
@@ -110,7 +113,7 @@ def images_for(ckpt: dict[str, Any], args: Any, n: int) -> tuple[Any, Any, str]:
     from sa_conv.utils.safe_load import CheckpointError
 
     try:
-        data = datamodule_of_checkpoint(ckpt, args)
+        data = datamodule_of_checkpoint(record, args)
         note = f"{n} test images of {data.data_dir or 'synthetic data'}"
         images, _ = data.evaluation_images(n, normalized=False)
     except (UserError, CheckpointError, DataError):  # the data is not here, nor can it be downloaded
@@ -136,18 +139,18 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"--out {out} is a folder: name the page's file, e.g. {out / 'explorer.html'}")
     if args.screenshot is None and (args.layer is not None or args.query is not None):
         raise UserError("--layer and --query choose what --screenshot shows: give --screenshot PNG")
-    ckpt, module = trained_model(args.checkpoint, needs_attention="attention to explore")
-    model = ckpt["hyper_parameters"]["model"]
+    record, module = trained_model(args.checkpoint, needs_attention="attention to explore")
+    model = record.model
     check_view(module.backbone, layer=args.layer, query=args.query)
-    images, normalized, note = images_for(ckpt, args, args.images)
+    images, normalized, note = images_for(record, args, args.images)
     metrics = default_out(args.checkpoint).with_name("metrics.json")
     test_acc = json.loads(metrics.read_text()).get("test_acc") if metrics.is_file() else None
-    test_acc = ckpt.get("shipped", {}).get("test_acc", test_acc)
+    test_acc = record.shipped.test_acc if record.shipped is not None else test_acc
     meta = {
         "model": model,
-        "config": ckpt.get("run_config") or module.hparams["model_config"],
+        "config": record.run_config or module.hparams["model_config"],
         "checkpoint": str(args.checkpoint),
-        "step": ckpt.get("global_step"),
+        "step": record.step,
         "test_acc": test_acc,
         "images_note": note,
     }

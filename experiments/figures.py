@@ -58,20 +58,16 @@ def main(argv: list[str] | None = None) -> int:
     from sa_conv.analysis.maps import (
         attention_maps_of,
         figures_of_maps,
-        history_of,
         locality_queries,
-        lr_schedule_of,
     )
-    from sa_conv.utils.safe_load import run_config_of
 
     if args.out.exists() and not args.out.is_dir():
         raise UserError(f"--out {args.out} is a file, not a folder")
     # read once: the model and the run's locality history
-    ckpt, module = trained_model(args.checkpoint, needs_attention="attention maps to draw")
-    history = history_of(ckpt)  # checked before any file is written
+    record, module = trained_model(args.checkpoint, needs_attention="attention maps to draw")
+    history = record.history  # checked as it was read, before any file is written
     backbone = module.backbone.eval()
-    model = ckpt["hyper_parameters"]["model"]
-    run = run_config_of(ckpt, args.checkpoint)
+    model, run = record.model, record.config()
     side = backbone.config.grid
     if args.query is not None and not all(0 <= v < side for v in args.query):
         raise UserError(f"--query {args.query[0]} {args.query[1]} is outside the {side}x{side} token grid")
@@ -80,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
             1, backbone.config.in_channels, backbone.config.image_size, backbone.config.image_size
         )
     else:
-        data = datamodule_of_checkpoint(ckpt, args)
+        data = datamodule_of_checkpoint(record, args)
         images, _ = data.evaluation_images(args.images)
-        print(data_note(data, ckpt), file=sys.stderr)
+        print(data_note(data, record), file=sys.stderr)
     name = args.name or f"{run.get('scale', 'custom')}_{model}-seed{run.get('seed', 0)}"  # as the study's
     args.out.mkdir(parents=True, exist_ok=True)
     written, scalars = [], {}
@@ -90,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     with MemoryUse(batch_size=len(images), lower="lower it with --images {n}"):
         maps = attention_maps_of(backbone, images)  # per layer (B|1, heads, N, N): the figures and the table
     for tag, value in figures_of_maps(
-        maps, side, query=query, history=history, lr=lr_schedule_of(ckpt), name=name
+        maps, side, query=query, history=history, lr=record.lr_schedule(), name=name
     ):
         if isinstance(value, float):
             scalars[tag] = value

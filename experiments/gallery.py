@@ -62,20 +62,20 @@ def gallery_images(config: RunConfig, data_dir: Path) -> tuple[CIFAR10DataModule
 def model_page(name: str, entry: ManifestEntry, data_dir: Path, out: Path) -> Path | None:
     """The explorer page of one shipped model (None for a model without attention)."""
     from sa_conv.analysis.explorer import explorer_data, write_explorer
-    from sa_conv.models.weights import backbone_of
-    from sa_conv.training.checkpoints import load_trained
+    from sa_conv.training.checkpoints import module_from_checkpoint
+    from sa_conv.training.trained import load_trained
 
     record = load_trained(name)
-    backbone = backbone_of(record).eval()
+    backbone = module_from_checkpoint(record).backbone.eval()
     if not backbone.has_attention:
         return None
-    config = RunConfig.from_dict(record["run_config"])
+    config = RunConfig.from_dict(record.config())
     data, images, note = gallery_images(config, data_dir)
     meta = {
         "model": entry.model,
-        "config": record["run_config"],
+        "config": record.run_config,
         "checkpoint": name,
-        "step": record.get("global_step"),
+        "step": record.step,
         "test_acc": entry.test_acc,
         "test_note": f"on the {entry.n_test_images} test images, the shipped weights",
         "images_note": note,

@@ -125,10 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     computing()  # the arguments are checked: now the heavy imports
     from sa_conv.analysis.statistics import mcnemar, per_image
-    from sa_conv.utils.safe_load import run_config_of
 
-    ckpt, module = trained_model(args.checkpoint, needs_attention="attention heads")
-    config = RunConfig.from_dict(run_config_of(ckpt, args.checkpoint))
+    record, module = trained_model(args.checkpoint, needs_attention="attention heads")
+    config = RunConfig.from_dict(record.config())
     backbone = module.backbone
     pruned = degenerate(backbone)
     heads_before = list(backbone.config.heads_per_layer)
@@ -159,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.batch_size is not None:
         config = config.replace(data={"batch_size": args.batch_size})
-    datamodule = datamodule_of_checkpoint(ckpt, args, batch_size=args.batch_size)
+    datamodule = datamodule_of_checkpoint(record, args, batch_size=args.batch_size)
     control = random_heads(heads_before, pruned, args.control) if args.control is not None else None
     with MemoryUse(batch_size=config.data.batch_size):
         result = prune_and_fine_tune(module, pruned, config, datamodule, args)

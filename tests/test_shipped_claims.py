@@ -13,8 +13,9 @@ import torch
 
 from sa_conv.analysis.figures import peak_text
 from sa_conv.analysis.locality import SHARP_MASS
-from sa_conv.analysis.maps import attention_maps_of, history_of, initial_of, layer_summary, locality_snapshot
+from sa_conv.analysis.maps import attention_maps_of, initial_of, layer_summary, locality_snapshot
 from sa_conv.models.weights import backbone_of, read_weights, sha256_of
+from sa_conv.training.trained import load_trained
 
 REPO = Path(__file__).resolve().parents[1]
 WEIGHTS = REPO / "weights"
@@ -82,7 +83,7 @@ def test_every_shipped_model_has_its_results_row() -> None:
 def test_the_committed_locality_is_recomputed_from_the_weights(name: str) -> None:
     record = read_weights(WEIGHTS / MANIFEST[name]["file"])
     backbone = backbone_of(record).eval()
-    history = history_of(record) or []
+    history = load_trained(WEIGHTS / MANIFEST[name]["file"]).history or []
     snapshot = locality_snapshot(backbone, torch.zeros(1, 3, 32, 32), history[-1].step)
     recomputed = [r.to_json() for r in layer_summary(snapshot, initial_of(history))]
     assert_layers_equal(recomputed, committed_row(name)["layers"])
@@ -94,7 +95,7 @@ def test_a_changed_committed_number_is_caught() -> None:
         pytest.skip("no positional model ships")
     name = CHECKED[0]
     record = read_weights(WEIGHTS / MANIFEST[name]["file"])
-    history = history_of(record) or []
+    history = load_trained(WEIGHTS / MANIFEST[name]["file"]).history or []
     snapshot = locality_snapshot(backbone_of(record).eval(), torch.zeros(1, 3, 32, 32), 0)
     recomputed = [r.to_json() for r in layer_summary(snapshot, initial_of(history))]
     changed = json.loads(json.dumps(committed_row(name)["layers"]))

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from experiments.cli.arguments import positive_int
 from experiments.cli.guard import UserError
 from sa_conv.training.config import RunConfig
+
+if TYPE_CHECKING:
+    from sa_conv.training.trained import TrainedModel
 
 __all__ = [
     "DEFAULT_DATA_DIR",
@@ -67,15 +70,14 @@ def datamodule_from_flags(args: argparse.Namespace, config: Any) -> Any:
 
 
 def datamodule_of_checkpoint(
-    ckpt: dict[str, Any], args: argparse.Namespace, *, batch_size: int | None = None
+    record: TrainedModel, args: argparse.Namespace, *, batch_size: int | None = None
 ) -> Any:
     """The data a checkpoint was trained on: its folder (unless the flags name other data) and its run
     config's split, subset, protocol, augmentation and seed; ``batch_size`` replaces the run's training
     and evaluation batches."""
     from sa_conv.training.run import datamodule_for
-    from sa_conv.utils.safe_load import run_config_of
 
-    trained = ckpt.get("datamodule_hyper_parameters") or {}
+    trained = record.data_source or {}
     synthetic = args.synthetic or (args.data_dir is None and trained.get("source") == "synthetic")
     data_dir = args.data_dir
     if data_dir is not None:
@@ -84,7 +86,7 @@ def datamodule_of_checkpoint(
         data_dir = Path(trained["data_dir"])
         if not data_dir.is_dir():
             raise UserError(f"the checkpoint was trained on {data_dir}, which is not here: pass --data-dir")
-    config = RunConfig.from_dict(run_config_of(ckpt))
+    config = RunConfig.from_dict(record.config())
     if batch_size is not None:
         config = config.replace(data={"batch_size": batch_size})
     data = datamodule_for(
@@ -98,17 +100,16 @@ def datamodule_of_checkpoint(
     return data
 
 
-def data_note(datamodule: Any, ckpt: dict[str, Any]) -> str:
+def data_note(datamodule: Any, record: TrainedModel) -> str:
     """Which data a command on a checkpoint uses, and whether the checkpoint trained on it."""
     from sa_conv.data.fingerprint import data_difference
-    from sa_conv.training.resume import data_fingerprint_of
 
     now = datamodule.fingerprint()
     where = datamodule.data_dir or "synthetic images"
     counts = f"train {now['train']}, val {now['val']}, test {now['test']} images"
     line = f"data: {where} ({counts}, sha256 {now['sha256'][:12]})"
-    stored = data_fingerprint_of(ckpt)
-    if stored is None and "weights_file" in ckpt:  # shipped weights: the model and its config, no data record
+    stored = record.data_fingerprint
+    if stored is None and record.weights_file is not None:  # weights: model and config, no data record
         return f"{line}; shipped weights keep no fingerprint of the CIFAR-10 they trained on to compare with"
     if stored is None:
         return f"{line}; the checkpoint does not record its data"

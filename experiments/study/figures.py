@@ -10,13 +10,13 @@ from typing import Any
 
 from experiments.study.runs import StudySettings
 from sa_conv.analysis.curves import learning_curves, locality_by_layer
-from sa_conv.analysis.maps import figures_of, lr_schedule_of
+from sa_conv.analysis.maps import figures_of
 from sa_conv.analysis.snapshots import LocalitySnapshot
 from sa_conv.training.checkpoints import module_from_checkpoint
 from sa_conv.training.config import RunConfig
 from sa_conv.training.summary import RunSummary
+from sa_conv.training.trained import TrainedModel, load_trained
 from sa_conv.utils.files import save_png
-from sa_conv.utils.safe_load import read_checkpoint
 
 __all__ = ["RELATED_SCALES", "draw_figures", "render_figures", "scale_figures"]
 
@@ -25,7 +25,7 @@ def render_figures(summary: RunSummary, prefix: str, settings: StudySettings) ->
     """Every attention figure of a finished run, from its last checkpoint and its own locality history."""
     done = summary.epochs_completed == summary.config["epochs"]  # its last step ends the schedule
     draw_figures(
-        read_checkpoint(Path(summary.run_dir) / "checkpoints" / "last.ckpt"),
+        load_trained(Path(summary.run_dir) / "checkpoints" / "last.ckpt"),
         summary.config,
         prefix,
         settings,
@@ -35,7 +35,7 @@ def render_figures(summary: RunSummary, prefix: str, settings: StudySettings) ->
 
 
 def draw_figures(
-    ckpt: dict[str, Any],
+    record: TrainedModel,
     config: dict[str, Any],
     prefix: str,
     settings: StudySettings,
@@ -45,10 +45,10 @@ def draw_figures(
     title: str | None = None,
 ) -> None:
     """The attention figures of one (loaded) checkpoint, written as ``<figures>/<prefix>_<figure>.png``."""
-    backbone = module_from_checkpoint(ckpt).backbone.eval()
+    backbone = module_from_checkpoint(record).backbone.eval()
     images, _ = settings.data(RunConfig.from_dict(config)).evaluation_images(100)
     settings.figures.mkdir(parents=True, exist_ok=True)
-    lr = lr_schedule_of(ckpt, total_steps)
+    lr = record.lr_schedule(total_steps)
     for tag, value in figures_of(backbone, images, history=history, lr=lr, name=title or prefix):
         if not isinstance(value, float):
             save_png(value, settings.figures / f"{prefix}_{tag.split('/', 1)[1]}.png")

@@ -9,40 +9,38 @@ from experiments.study.entries import Entry, entry_config
 from experiments.study.figures import draw_figures
 from experiments.study.runs import StudySettings, newest_resume
 from experiments.study.tables import final_layers
-from sa_conv.analysis.maps import history_of
-from sa_conv.utils.safe_load import read_checkpoint
+from sa_conv.training.trained import TrainedModel, load_trained
 
 __all__ = ["in_progress", "report_unfinished"]
 
 
 def in_progress(
     entry: Entry, seed: int, settings: StudySettings
-) -> tuple[dict[str, Any], dict[str, Any]] | None:
+) -> tuple[dict[str, Any], TrainedModel] | None:
     """An unfinished run at its newest checkpoint (epochs done, its last per-epoch accuracy, the locality
     of its last snapshot) and that checkpoint, or None when it has none: a state of training, not a result."""
     config = entry_config(entry, settings.scale, seed)
     resume = newest_resume(entry, seed, settings)  # its own, or the one carried here
     if resume is None:
         return None
-    ckpt = read_checkpoint(resume.path)
-    progress = (ckpt.get("callbacks") or {}).get("TrainingProgress") or {}
-    epochs = progress.get("history") or []
-    snapshots = history_of(ckpt) or []
+    record = load_trained(resume.path)
+    epochs = record.epochs or []
+    snapshots = record.history or []
     split = "validation" if config.data.protocol == "clean" else "test"  # what each epoch evaluates
     state = {
         "name": entry.name,
         "seed": seed,
         "config": config.to_dict(),
-        "step": ckpt["global_step"],
+        "step": record.step,
         "epochs_completed": len(epochs),
         "epochs": config.epochs,
         "epoch_split": split,
-        "epoch_acc": epochs[-1].get("val_acc" if split == "validation" else "test_acc") if epochs else None,
+        "epoch_acc": epochs[-1].evaluated_acc if epochs else None,
         "snapshot_step": snapshots[-1].step if snapshots else None,
         "layers": final_layers(snapshots),
         "locality_history": snapshots,
     }
-    return state, ckpt
+    return state, record
 
 
 def report_unfinished(
@@ -57,11 +55,11 @@ def report_unfinished(
     for entry, seed in table:
         if (entry.name, seed) in results or (found := in_progress(entry, seed, settings)) is None:
             continue
-        state, ckpt = found
+        state, record = found
         states.append(state)
         if not settings.no_figures and state["layers"] and (entry, seed) in order:
             prefix = f"{settings.scale}_{entry.run_name(seed)}"
             at = f"epoch {state['epochs_completed']} of {state['epochs']}, unfinished"
             history = state["locality_history"]
-            draw_figures(ckpt, state["config"], prefix, settings, history=history, title=f"{prefix} ({at})")
+            draw_figures(record, state["config"], prefix, settings, history=history, title=f"{prefix} ({at})")
     return states

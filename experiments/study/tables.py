@@ -20,14 +20,15 @@ from experiments.study.milestones import milestone_lines
 from experiments.study.reruns import rerun_lines, with_replaced
 from sa_conv.analysis.dynamics import sharpening
 from sa_conv.analysis.flops import analytic_flops
-from sa_conv.analysis.maps import history_of, initial_of, layer_summary
+from sa_conv.analysis.maps import initial_of, layer_summary
 from sa_conv.analysis.snapshots import LocalitySnapshot
 from sa_conv.analysis.statistics import accuracy_stderr, compare, per_image
 from sa_conv.models import SAConfig
-from sa_conv.models.weights import ManifestEntry, entry_file, manifest, read_weights
+from sa_conv.models.weights import ManifestEntry, entry_file, manifest
 from sa_conv.training.config import RunConfig, config_difference
 from sa_conv.training.epochs import epochs_json
 from sa_conv.training.summary import RunSummary
+from sa_conv.training.trained import load_trained
 from sa_conv.utils.files import lock_file_of, locked, merge_rows, write_json, write_text
 from sa_conv.utils.json_values import is_json, json_kind
 from sa_conv.utils.quote import quoted
@@ -236,7 +237,7 @@ def shipped_locality(name: str, entry: ManifestEntry, weights: Path) -> dict[str
     weights file of its manifest ``entry`` (none where it carries no record, or where the file is missing,
     unreadable or malformed)."""
     try:
-        history = history_of(read_weights(entry_file(name, entry, weights))) or []
+        history = load_trained(entry_file(name, entry, weights)).history or []
     except CheckpointError as err:
         print(f"warning: {err}; its row keeps its committed locality", file=sys.stderr)
         return {}

@@ -25,20 +25,17 @@ from sa_conv.analysis.locality import (
     peak_shift,
     shift_profile,
 )
-from sa_conv.analysis.snapshots import LayerLocality, LayerSummary, LocalitySnapshot, read_history
+from sa_conv.analysis.snapshots import LayerLocality, LayerSummary, LocalitySnapshot
 from sa_conv.models import Backbone
-from sa_conv.utils.schedule import OptimConfig, lr_factor
 
 __all__ = [
     "attention_maps_of",
     "figures_of",
     "figures_of_maps",
-    "history_of",
     "initial_of",
     "layer_summary",
     "locality_queries",
     "locality_snapshot",
-    "lr_schedule_of",
 ]
 
 
@@ -266,27 +263,3 @@ def _history_figures(
             figure = grid_formation(series["steps"], present, title=f"{prefix}does a grid form?")
             out.append(("attention/grid_formation", figure))
     return out
-
-
-def lr_schedule_of(ckpt: dict[str, Any], total_steps: int | None = None) -> Callable[[int], float] | None:
-    """The learning rate at each step of the run a checkpoint belongs to; checkpoints written before they
-    recorded the schedule's length need ``total_steps`` (a finished run's step count), else None."""
-    total = (ckpt.get("schedule") or {}).get("total_steps") or total_steps
-    hparams = ckpt.get("hyper_parameters", {})
-    legacy = ("lr", "schedule", "warmup", "milestones", "gamma")  # hyper-parameters before OptimConfig
-    optim = hparams.get("optim") or {k: hparams[k] for k in legacy if k in hparams} or None
-    if total is None or optim is None:
-        return None
-    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in optim.items()}
-    config = OptimConfig(**values)
-    return lambda step: config.lr * lr_factor(step, total, config)
-
-
-def history_of(ckpt: dict[str, Any]) -> list[LocalitySnapshot] | None:
-    """The locality history a run's ``AttentionFigures`` callback kept in a checkpoint (or a weights file's
-    record), read by its one reader (``read_history``: ``CheckpointError`` where a file brought a malformed
-    one)."""
-    states = ckpt.get("callbacks") or {}
-    history = next((v.get("history") for k, v in states.items() if k.startswith("AttentionFigures")), None)
-    source = ckpt.get("weights_file", "the checkpoint")
-    return None if history is None else read_history(history, str(source))

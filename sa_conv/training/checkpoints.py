@@ -18,8 +18,9 @@ from pytorch_lightning.plugins.io import TorchCheckpointIO
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from sa_conv.models.weights import check_fit, manifest, read_weights, shipped_file
+from sa_conv.models.weights import check_fit
 from sa_conv.training.module import ImageClassifier
+from sa_conv.training.trained import TrainedModel, migrated_hyper_parameters
 from sa_conv.utils.files import atomic_write, disk_full, free_bytes, human_size
 from sa_conv.utils.quote import quoted
 from sa_conv.utils.safe_load import CheckpointError, read_checkpoint
@@ -31,7 +32,6 @@ __all__ = [
     "ResumableRNG",
     "RunConfigRecord",
     "confine_paths",
-    "load_trained",
     "module_from_checkpoint",
     "with_best",
     "within",
@@ -293,42 +293,19 @@ class ResumableRNG(pl.Callback):
             self._pending = None
 
 
-def load_trained(spec: str | Path) -> dict[str, Any]:
-    """A trained model's record from a checkpoint, a weights file or a shipped model's name (with its
-    manifest entry as ``shipped``); no code runs. ``CheckpointError`` says what is wrong."""
-    path = Path(spec)
-    if path.suffix == ".safetensors":
-        if not path.is_file():
-            raise CheckpointError(f"weights file {path} does not exist")
-        return read_weights(path)
-    if not path.exists() and path.suffix != ".ckpt" and "/" in str(spec):
-        return {**read_weights(shipped_file(str(spec))), "shipped": manifest()[str(spec)].to_json()}
-    return read_checkpoint(path)
-
-
-# what checkpoints written before OptimConfig held: its fields flat among the hyper-parameters
-_LEGACY_OPTIM = ("lr", "momentum", "weight_decay", "schedule", "warmup", "milestones", "gamma")
-
-
-def module_from_checkpoint(record: str | Path | dict[str, Any]) -> ImageClassifier:
-    """The LightningModule a checkpoint (a path, or its already-read ``read_checkpoint`` dict) or a
-    trained model's record (``load_trained``) rebuilds, its weights loaded; ``CheckpointError`` for weights
-    that do not fit their model or hold NaN or infinity.
-
-    Records written before ``OptimConfig`` existed (the optimizer's fields flat among the
-    hyper-parameters) are migrated as they are read.
-    """
-    ckpt = record if isinstance(record, dict) else read_checkpoint(record)
-    hparams = dict(ckpt["hyper_parameters"])
-    if "optim" not in hparams:  # written before OptimConfig: the optimizer's fields were flat
-        hparams["optim"] = {k: hparams.pop(k) for k in _LEGACY_OPTIM if k in hparams}
-        hparams.pop("num_classes", None)  # the model config's own
+def module_from_checkpoint(record: str | Path | dict[str, Any] | TrainedModel) -> ImageClassifier:
+    """The LightningModule a trained model (``load_trained``'s record) or a checkpoint (a path, or its
+    already-read ``read_checkpoint`` dict) rebuilds, its weights loaded; ``CheckpointError`` for weights
+    that do not fit their model or hold NaN or infinity."""
+    if isinstance(record, TrainedModel):
+        hparams, state = record.hyper_parameters, record.state_dict
+    else:
+        ckpt = record if isinstance(record, dict) else read_checkpoint(record)
+        hparams, state = migrated_hyper_parameters(ckpt["hyper_parameters"]), ckpt["state_dict"]
     try:
         module = ImageClassifier(**hparams)
-        check_fit(
-            ckpt["state_dict"], module, f"the checkpoint does not match its model {quoted(hparams['model'])}"
-        )
-        module.load_state_dict(ckpt["state_dict"])
+        check_fit(state, module, f"the checkpoint does not match its model {quoted(hparams['model'])}")
+        module.load_state_dict(state)
     except (ValueError, TypeError, RuntimeError) as err:
         if isinstance(err, CheckpointError):
             raise

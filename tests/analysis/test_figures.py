@@ -36,6 +36,7 @@ from sa_conv.analysis.maps import figures_of, layer_summary
 from sa_conv.analysis.snapshots import read_history
 from sa_conv.nn.encodings import QuadraticEncoding
 from sa_conv.training.checkpoints import module_from_checkpoint
+from sa_conv.training.trained import TrainedModel, migrated_hyper_parameters
 from sa_conv.utils.safe_load import read_checkpoint
 
 TWO_LAYERS = [*tiny(layers=2, epochs=2), "--synthetic"]
@@ -411,18 +412,23 @@ def test_locality_by_layer_and_learning_curves_draw_every_run():
     assert curves.axes[0].lines[0].get_ydata().tolist() == [30.0, 50.0]
 
 
+def record(hyper_parameters: dict, schedule_steps: int | None = None) -> TrainedModel:
+    """A trained model's record as ``load_trained`` makes it (its hyper-parameters migrated)."""
+    return TrainedModel(
+        "x.ckpt", migrated_hyper_parameters(hyper_parameters), {}, schedule_steps=schedule_steps
+    )
+
+
 def test_the_learning_rate_of_a_checkpoint():
-    from sa_conv.analysis.maps import lr_schedule_of
     from sa_conv.utils.schedule import OptimConfig, lr_factor
 
     optim = {"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4, "schedule": "warmup-cosine", "warmup": 0.05}
     optim |= {"milestones": [0.5], "gamma": 0.1}
-    recorded = {"hyper_parameters": {"optim": optim}, "schedule": {"total_steps": 1000}}
-    lr = lr_schedule_of(recorded)
+    lr = record({"optim": optim}, 1000).lr_schedule()
     expected = OptimConfig(**{**optim, "milestones": (0.5,)})
     assert [lr(s) for s in (0, 49, 500, 999)] == pytest.approx(
         [0.1 * lr_factor(s, 1000, expected) for s in (0, 49, 500, 999)]
     )
-    older = {"hyper_parameters": {"lr": 0.2, "schedule": "multistep", "milestones": [0.5], "gamma": 0.1}}
-    assert lr_schedule_of(older) is None  # no schedule length recorded, none given
-    assert lr_schedule_of(older, 100)(60) == pytest.approx(0.02)  # a finished run's step count
+    older = record({"lr": 0.2, "schedule": "multistep", "milestones": [0.5], "gamma": 0.1})
+    assert older.lr_schedule() is None  # no schedule length recorded, none given
+    assert older.lr_schedule(100)(60) == pytest.approx(0.02)  # a finished run's step count

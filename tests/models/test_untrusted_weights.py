@@ -19,9 +19,9 @@ from safetensors.torch import save_file
 
 import sa_conv
 from experiments import evaluate, figures, models
-from sa_conv.analysis.maps import history_of
 from sa_conv.analysis.snapshots import history_json
-from sa_conv.models.weights import manifest, read_weights, save_weights, sha256_of, shipped_file, weights_dir
+from sa_conv.models.weights import manifest, read_weights, save_weights, sha256_of, weights_dir
+from sa_conv.training.trained import load_trained
 from sa_conv.utils.files import atomic_write
 from sa_conv.utils.safe_load import CheckpointError, load_checkpoint_file
 
@@ -59,7 +59,7 @@ def test_the_fixture_loads_by_name_and_by_path(weights: Path) -> None:
     for spec in (NAME, Path(NAME), weights):
         backbone = sa_conv.load_pretrained(spec)
         assert not backbone.training and backbone.config.hidden == 16
-    assert history_json(history_of(read_weights(shipped_file(NAME))) or []) == [SNAPSHOT]
+    assert history_json(load_trained(NAME).history or []) == [SNAPSHOT]
 
 
 def drop(models: dict[str, Any], field: str) -> None:
@@ -269,7 +269,7 @@ def test_a_malformed_history_is_refused_before_a_figure_is_written(
     history, message = HISTORY_FAULTS[fault]
     changed = rewrite_metadata(weights, locality_history=json.dumps(history))
     with pytest.raises(CheckpointError, match=r"changed\.safetensors") as err:
-        history_of(read_weights(changed))
+        load_trained(changed)
     assert message in str(err.value)
     out = tmp_path / "figs"
     line = one_line_error(*call(figures, [str(changed), "--out", str(out)], capsys)[::2])

@@ -21,7 +21,8 @@ from experiments import convert, evaluate, explore, figures, models
 from experiments.study.weights import ship
 from sa_conv.analysis.snapshots import read_history
 from sa_conv.models.weights import ManifestEntry, manifest, weights_dir
-from sa_conv.training.checkpoints import load_trained, module_from_checkpoint
+from sa_conv.training.checkpoints import module_from_checkpoint
+from sa_conv.training.trained import load_trained
 from sa_conv.utils.safe_load import CheckpointError, read_checkpoint
 
 # two layers, two steps on 64 synthetic images, no explorer page
@@ -56,12 +57,11 @@ def test_shipped_weights_hold_the_checkpoints_tensors_and_load_by_name(
     assert entry == shipped and entry.commit == "abc" and entry.file == f"{NAME}.safetensors"
     assert entry.bytes == (weights_dir() / entry.file).stat().st_size < 2**20
     record = load_trained(NAME)
-    assert record["hyper_parameters"] == ckpt["hyper_parameters"]
-    assert record["run_config"] == ckpt["run_config"]
-    assert record.keys() >= {"state_dict", "callbacks"} and "optimizer_states" not in record
-    assert set(record["state_dict"]) == set(ckpt["state_dict"])
+    assert record.hyper_parameters == ckpt["hyper_parameters"] and record.shipped == entry
+    assert record.run_config == ckpt["run_config"] and record.history
+    assert set(record.state_dict) == set(ckpt["state_dict"])
     for key, tensor in ckpt["state_dict"].items():
-        assert torch.equal(record["state_dict"][key], tensor), key
+        assert torch.equal(record.state_dict[key], tensor), key
     backbone = sa_conv.load_pretrained(NAME)
     assert not backbone.training
     images = torch.randn(2, 3, 32, 32)
@@ -177,7 +177,7 @@ def test_a_study_ships_its_finished_runs_and_resumes_a_carried_one_exactly(tmp_p
         next((split / "results" / "runs").glob("tiny/*/quadratic/version_0/metrics.json")).read_text()
     )
     assert metrics["history"][0] == first_epoch  # continued, not started again
-    a = load_trained(whole / "weights" / shipped.file)["state_dict"]
-    b = load_trained(split / "weights" / shipped.file)["state_dict"]
+    a = load_trained(whole / "weights" / shipped.file).state_dict
+    b = load_trained(split / "weights" / shipped.file).state_dict
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert manifest(split / "weights")["tiny/quadratic-seed0"].test_acc == shipped.test_acc

@@ -6,7 +6,7 @@ file's metadata, listed in ``weights/manifest.json`` (model, scale, seed, precis
 accuracy, parameters, the commit that trained it, the file's sha256). A shipped model is named
 ``<scale>/<name>-seed<k>`` (``small6/quadratic-seed0``); ``read_weights`` returns the checkpoint-shaped
 record every command reads (``hyper_parameters``, ``state_dict``, ``run_config``, the locality history;
-``sa_conv.training.checkpoints.load_trained`` takes a name, a weights file or a checkpoint alike).
+``sa_conv.training.trained.load_trained`` takes a name, a weights file or a checkpoint alike).
 
 The study ships its runs here and carries the unfinished ones (``experiments.study.weights``).
 """

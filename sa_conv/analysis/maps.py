@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from sa_conv.analysis.centres import centre_plot, layer_centres
+from sa_conv.analysis.composite_kernels import composite_kernels_figure
 from sa_conv.analysis.curves import grid_formation, locality_over_training, locality_summary
 from sa_conv.analysis.figures import attention_grid, layer_heads
 from sa_conv.analysis.locality import (
@@ -27,6 +28,7 @@ from sa_conv.analysis.locality import (
 )
 from sa_conv.analysis.snapshots import LayerLocality, LayerSummary, LocalitySnapshot
 from sa_conv.models import Backbone
+from sa_conv.nn.encodings import CompositeRelativeEncoding
 
 __all__ = [
     "attention_maps_of",
@@ -181,7 +183,12 @@ def figures_of(
     schedule beside the latter.
     """
     maps = attention_maps_of(backbone, images)
-    return figures_of_maps(maps, _side(backbone), query=query, history=history, lr=lr, name=name)
+    out = figures_of_maps(maps, _side(backbone), query=query, history=history, lr=lr, name=name)
+    composite = [e for e in backbone.encodings() if isinstance(e, CompositeRelativeEncoding)]
+    if composite and all(e.bias is not None for e in composite):  # the lightweight kernels they are
+        kernels = composite_kernels_figure(composite, _side(backbone), title=name or None)
+        out.append(("attention/composite_kernels", kernels))
+    return out
 
 
 def figures_of_maps(

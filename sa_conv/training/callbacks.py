@@ -109,14 +109,19 @@ class TrainingProgress(pl.Callback):
         self.pace.end_eval(counted=not trainer.sanity_checking)
 
     def on_train_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int
     ) -> None:
         self.pace.start_batch()
 
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: object,
+        batch: tuple[Tensor, Tensor],
+        batch_idx: int,
     ) -> None:
-        self.pace.end_batch(len(batch[1]) * trainer.world_size)
+        self.pace.end_batch(len(batch[1]) * trainer.world_size)  # the labels (B,)
         if self.pace.timed_here == 3:  # two steps timed after the warm-up
             remaining = self.remaining_seconds(trainer)
             self.say(
@@ -258,7 +263,12 @@ class AttentionFigures(pl.Callback):
             self._record(trainer, pl_module)
 
     def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: object,
+        batch: object,
+        batch_idx: int,
     ) -> None:
         every = self.history_every_n_steps
         if every is not None and trainer.global_step % every == 0:

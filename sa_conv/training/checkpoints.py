@@ -286,7 +286,7 @@ class ResumableRNG(pl.Callback):
         self._pending = state_dict["rng"]
 
     def on_train_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int
     ) -> None:
         if self._pending is not None:
             set_rng_states(self._pending)

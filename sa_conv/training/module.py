@@ -150,7 +150,7 @@ class ImageClassifier(pl.LightningModule):
             self.check_finite()
         return loss
 
-    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, batch: object, batch_idx: int) -> None:
         """The encodings' spreads keep their initial value in the first ``optim.freeze_spreads`` epochs
         (no gradient: SGD leaves them, momentum and all), then train as usual; set at every step, so a
         resume in either phase continues it."""

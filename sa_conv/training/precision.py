@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Collection, Generator, Iterable
 from typing import Any
 
 import torch
 from pytorch_lightning.plugins.precision import MixedPrecision
 from torch import Tensor
+from torch._ops import OpOverload
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
@@ -170,11 +171,11 @@ class Float32Ops(TorchFunctionMode):
 
     def __torch_function__(
         self,
-        func: Callable[..., Any],
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
+        func: Callable[..., object],
+        types: Collection[type],
+        args: tuple[object, ...] = (),
+        kwargs: dict[str, object] | None = None,
+    ) -> object:
         kwargs = kwargs or {}
         if getattr(func, "__name__", None) in FLOAT32_OPS:
             flat, _ = tree_flatten((args, kwargs))
@@ -209,11 +210,11 @@ class Bf16ProductsInFloat32(TorchDispatchMode):
 
     def __torch_dispatch__(
         self,
-        func: Any,
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
+        func: OpOverload,
+        types: Collection[type],
+        args: tuple[object, ...] = (),
+        kwargs: dict[str, object] | None = None,
+    ) -> object:
         kwargs = kwargs or {}
         if func in _PRODUCTS or func in _PRODUCTS_IN_PLACE:
             floats = [
@@ -222,7 +223,9 @@ class Bf16ProductsInFloat32(TorchDispatchMode):
             if floats and all(v.dtype == torch.bfloat16 for v in floats):
                 up_args, up_kwargs = tree_map(lambda v: v.float() if _low(v) else v, (args, kwargs))
                 if func in _PRODUCTS_IN_PLACE:
-                    return args[0].copy_(_PRODUCTS_IN_PLACE[func](*up_args, **up_kwargs))
+                    target = args[0]  # the in-place product's first operand, a bf16 tensor (above)
+                    assert isinstance(target, Tensor)
+                    return target.copy_(_PRODUCTS_IN_PLACE[func](*up_args, **up_kwargs))
                 out = func(*up_args, **up_kwargs)
                 return tree_map(
                     lambda v: v.bfloat16() if isinstance(v, Tensor) and v.is_floating_point() else v, out

@@ -3,8 +3,6 @@ resume too, and ending its line before anything else is written."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import TQDMProgressBar
 from pytorch_lightning.callbacks.progress.tqdm_progress import convert_inf
@@ -27,12 +25,12 @@ class RunProgressBar(TQDMProgressBar):
         self.train_progress_bar.set_description(f"Epoch {trainer.current_epoch + 1}{total}")
         self._epoch_shown = trainer.current_epoch
 
-    def on_train_epoch_start(self, trainer: pl.Trainer, *args: Any) -> None:
+    def on_train_epoch_start(self, trainer: pl.Trainer, *args: object) -> None:
         super().on_train_epoch_start(trainer, *args)
         self._describe(trainer)
 
     def on_train_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int
     ) -> None:
         if self._epoch_shown != trainer.current_epoch:  # resumed mid-epoch
             bar = self.train_progress_bar

@@ -344,8 +344,7 @@ def convert_whole_network(args: argparse.Namespace) -> int:
 def convert_attention_to_conv(args: argparse.Namespace) -> int:
     """Attention layers of a trained SA model replaced by their convolutions, evaluated on the test split."""
     from sa_conv.models.sa_classifier import SAClassifier
-    from sa_conv.nn.attention import MultiHeadSelfAttention2d
-    from sa_conv.nn.conversion import ConvInPlaceOfAttention, attention_to_conv, conv_likeness
+    from sa_conv.nn.conversion import ConvInPlaceOfAttention, attention_to_conv, conv_likeness, gaussian_layer
 
     record, module = trained_model(args.checkpoint, needs_attention="attention layers")
     model = module.backbone.eval()
@@ -359,12 +358,8 @@ def convert_attention_to_conv(args: argparse.Namespace) -> int:
     side, layers = model.config.grid, []
     for i in chosen:
         block = model.blocks[i - 1]
-        attention = block.attention
-        if not isinstance(attention, MultiHeadSelfAttention2d):  # mixed: refused as attention_to_conv does
-            raise ValueError(
-                f"attention_to_conv needs Gaussian heads without content, got {type(attention).__name__}"
-            )
-        conv = attention_to_conv(attention)  # ValueError names a layer that has no Gaussian heads
+        attention = gaussian_layer(block.attention)  # ValueError names a layer that has no Gaussian heads
+        conv = attention_to_conv(attention)
         likeness = conv_likeness(attention, side, side)
         gaussians = attention.encoding.head_gaussians() if attention.encoding is not None else None
         assert gaussians is not None  # attention_to_conv took the layer: its heads are Gaussian

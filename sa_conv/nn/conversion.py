@@ -34,6 +34,7 @@ __all__ = [
     "conv_to_attention",
     "convert_network",
     "dense_kernel",
+    "gaussian_layer",
     "local_attention_as_conv",
 ]
 
@@ -173,9 +174,20 @@ def convert_network(model: nn.Module, *, alpha: float = 46.0, impl: Impl = "auto
     return twin, len(names)
 
 
+def gaussian_layer(layer: nn.Module) -> MultiHeadSelfAttention2d:
+    """``layer`` as an attention layer of Gaussian heads without content (what ``attention_to_conv`` and
+    ``conv_likeness`` take); ``ValueError`` naming what it is otherwise (mixed, content, other encodings)."""
+    if not isinstance(layer, MultiHeadSelfAttention2d):
+        raise ValueError(
+            f"attention_to_conv needs Gaussian heads without content, got {type(layer).__name__}"
+        )
+    _gaussian_heads(layer)
+    return layer
+
+
 def _gaussian_heads(layer: MultiHeadSelfAttention2d) -> Tensor:
     """The centres ``(heads, 2)`` of a positional layer of Gaussian heads (quadratic or generalized)."""
-    encoding = layer.encoding  # None for mixed or content-only attention
+    encoding = layer.encoding  # None for content-only attention
     gaussians = encoding.head_gaussians() if encoding is not None else None
     if gaussians is None or layer.input_dependent:
         kind = type(encoding).__name__ if encoding is not None else type(layer).__name__

@@ -89,7 +89,9 @@ class LayerLocality:
 
 @dataclass(frozen=True, kw_only=True)
 class LocalitySnapshot:
-    """The locality of every layer at one training step."""
+    """The locality of every layer at one training step. Extending ``LayerLocality`` or ``LayerSummary``:
+    a new field optional with the default None (left out of ``to_json``), so that older checkpoints,
+    weights and results files still read (the per-head dynamics were added so)."""
 
     step: int
     layers: tuple[LayerLocality, ...]

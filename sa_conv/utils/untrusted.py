@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -80,20 +80,11 @@ def read_bounded(path: Path, what: str, *, max_bytes: int = MAX_TEXT_BYTES) -> b
 def load_json(text: str | bytes, what: str, *, max_bytes: int = MAX_TEXT_BYTES) -> Any:
     """JSON text decoded and bounded (``check_bounds``); ``UntrustedInputError`` names ``what`` and the
     problem (too long, not JSON, too deep, too large). ``NaN`` and the infinities decode as floats."""
-    if len(text) > max_bytes:
-        raise UntrustedInputError(f"{what} takes over {max_bytes:,} bytes: not a file the suite wrote")
-    try:
-        value = json.loads(text)
-    except RecursionError:
-        raise UntrustedInputError(
-            f"{what} is nested too deeply to read: not a file the suite wrote"
-        ) from None
-    except MemoryError:
-        raise UntrustedInputError(f"{what} is too large to read: not a file the suite wrote") from None
-    except ValueError as err:  # not JSON, or not UTF-8
-        raise UntrustedInputError(f"{what} is not valid JSON ({str(err)[:80]})") from None
-    check_bounds(value, what)
-    return value
+
+    def malformed(err: Exception) -> str | None:
+        return f"not valid JSON ({str(err)[:80]})" if isinstance(err, ValueError) else None  # or not UTF-8
+
+    return _decoded(text, what, max_bytes, json.loads, malformed)
 
 
 def load_yaml(text: str, what: str, *, max_bytes: int = MAX_TEXT_BYTES) -> Any:
@@ -101,18 +92,38 @@ def load_yaml(text: str, what: str, *, max_bytes: int = MAX_TEXT_BYTES) -> Any:
     reference by reference, so it is refused after ``MAX_VALUES`` of them, never expanded."""
     import yaml
 
+    def malformed(err: Exception) -> str | None:
+        if not isinstance(err, yaml.YAMLError):
+            return None
+        return f"not valid YAML ({str(err).splitlines()[0][:80]})"
+
+    return _decoded(text, what, max_bytes, yaml.safe_load, malformed)
+
+
+def _decoded(
+    text: str | bytes,
+    what: str,
+    max_bytes: int,
+    decode: Callable[[Any], Any],
+    malformed: Callable[[Exception], str | None],
+) -> Any:
+    """``decode(text)`` refused before it starts when too long, and after when too deep, too large or
+    ``malformed`` (the format's own errors, said in a few words), then bounded (``check_bounds``)."""
     if len(text) > max_bytes:
         raise UntrustedInputError(f"{what} takes over {max_bytes:,} bytes: not a file the suite wrote")
     try:
-        value = yaml.safe_load(text)
+        value = decode(text)
     except RecursionError:
         raise UntrustedInputError(
             f"{what} is nested too deeply to read: not a file the suite wrote"
         ) from None
     except MemoryError:
         raise UntrustedInputError(f"{what} is too large to read: not a file the suite wrote") from None
-    except yaml.YAMLError as err:
-        raise UntrustedInputError(f"{what} is not valid YAML ({str(err).splitlines()[0][:80]})") from None
+    except Exception as err:
+        said = malformed(err)
+        if said is None:
+            raise
+        raise UntrustedInputError(f"{what} is {said}") from None
     check_bounds(value, what)
     return value
 

@@ -6,9 +6,9 @@ check its arguments before the heavy imports.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from sa_conv.utils.lazy import lazy_names
 from sa_conv.utils.version import __version__
 
 if TYPE_CHECKING:
@@ -37,10 +37,4 @@ _HOMES = {  # each public name and the module that defines it
 }
 
 
-def __getattr__(name: str) -> object:
-    """A public name, imported from its module on first use."""
-    if name not in _HOMES:
-        raise AttributeError(f"module 'sa_conv' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOMES[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names("sa_conv", _HOMES)

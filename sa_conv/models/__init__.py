@@ -4,12 +4,12 @@ first use (PEP 562)."""
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 from sa_conv.models.registry import MODELS, ModelConfig, ModelEntry, create_model, model_config
 from sa_conv.models.resnet_config import ResNetConfig
 from sa_conv.models.sa_config import SAConfig
+from sa_conv.utils.lazy import lazy_names
 
 if TYPE_CHECKING:
     from sa_conv.models.base import Backbone
@@ -36,10 +36,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> object:
-    """A model class, imported from its module on first use."""
-    if name not in _HOMES:
-        raise AttributeError(f"module 'sa_conv.models' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOMES[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names("sa_conv.models", _HOMES)

@@ -109,6 +109,9 @@ def _record(source: str, raw: dict[str, Any], shipped: ManifestEntry | None) -> 
     progress = callbacks.get("TrainingProgress") or {}
     epochs = progress.get("history") if isinstance(progress, dict) else None
     schedule = raw.get("schedule") or {}
+    total = schedule.get("total_steps") if isinstance(schedule, dict) else None
+    if total is not None and (type(total) is not int or not 0 < total <= 10**12):
+        raise CheckpointError(f"{source}: its schedule's total_steps {quoted(total)} is not a step count")
     data = raw.get("CIFAR10DataModule") or {}
     return TrainedModel(
         source=source,
@@ -118,7 +121,7 @@ def _record(source: str, raw: dict[str, Any], shipped: ManifestEntry | None) -> 
         step=step,
         history=None if history is None else read_history(history, raw.get("weights_file", source)),
         epochs=None if epochs is None else _epochs(epochs, source),
-        schedule_steps=schedule.get("total_steps") if isinstance(schedule, dict) else None,
+        schedule_steps=total,
         data_source=raw.get("datamodule_hyper_parameters") or None,
         data_fingerprint=data.get("fingerprint") if isinstance(data, dict) else None,
         shipped=shipped,

@@ -36,8 +36,8 @@ from sa_conv.analysis.maps import figures_of, layer_summary
 from sa_conv.analysis.snapshots import read_history
 from sa_conv.nn.encodings import QuadraticEncoding
 from sa_conv.training.checkpoints import module_from_checkpoint
-from sa_conv.training.trained import TrainedModel, migrated_hyper_parameters
-from sa_conv.utils.safe_load import read_checkpoint
+from sa_conv.training.trained import TrainedModel, load_trained, migrated_hyper_parameters
+from sa_conv.utils.safe_load import CheckpointError, read_checkpoint
 
 TWO_LAYERS = [*tiny(layers=2, epochs=2), "--synthetic"]
 
@@ -432,3 +432,12 @@ def test_the_learning_rate_of_a_checkpoint():
     older = record({"lr": 0.2, "schedule": "multistep", "milestones": [0.5], "gamma": 0.1})
     assert older.lr_schedule() is None  # no schedule length recorded, none given
     assert older.lr_schedule(100)(60) == pytest.approx(0.02)  # a finished run's step count
+
+
+@pytest.mark.parametrize("total", ["abc", 0, -5, 1.5, 10**13])
+def test_a_checkpoints_malformed_schedule_length_is_refused_as_it_is_read(logged_run, tmp_path, total):
+    ckpt = torch.load(logged_run / "checkpoints" / "last.ckpt", weights_only=True)
+    ckpt["schedule"] = {"total_steps": total}
+    torch.save(ckpt, tmp_path / "bad.ckpt")
+    with pytest.raises(CheckpointError, match=r"total_steps .* is not a step count"):
+        load_trained(tmp_path / "bad.ckpt")

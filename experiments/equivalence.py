@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import torch
 
 from experiments.cli import ArgumentParser, computing, main_guard, positive_float, positive_int, seed_int
-from sa_conv.models import model_config
+from sa_conv.models import SAConfig, model_config
 
 TERMS = {"bias": (False, True), "q.w": (True, False), "both": (True, True)}  # (query term, bias term)
 
@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                 worst = max(worst, interior, everywhere)
                 print(f"{term:6} {shape:8} {conv:18} {inner} {everywhere:>19.3e}  {'PASS' if ok else 'FAIL'}")
     default = model_config("composite")
+    assert isinstance(default, SAConfig)  # the composite model is an SA model
     print(
         f"\nthe composite model's default (content on, both terms, clipped, window {default.window}): no "
         "convolution computes it: its content logit q . k depends on the key pixel's features, a "

@@ -55,11 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from sa_conv.analysis.locality import head_table
-    from sa_conv.analysis.maps import (
-        attention_maps_of,
-        figures_of_maps,
-        locality_queries,
-    )
+    from sa_conv.analysis.maps import attention_maps_of, figures_of, locality_queries
 
     if args.out.exists() and not args.out.is_dir():
         raise UserError(f"--out {args.out} is a file, not a folder")
@@ -85,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     query = tuple(args.query) if args.query else None
     with MemoryUse(batch_size=len(images), lower="lower it with --images {n}"):
         maps = attention_maps_of(backbone, images)  # per layer (B|1, heads, N, N): the figures and the table
-    for tag, value in figures_of_maps(
-        maps, side, query=query, history=history, lr=record.lr_schedule(), name=name
+    for tag, value in figures_of(
+        backbone, images, maps=maps, query=query, history=history, lr=record.lr_schedule(), name=name
     ):
         if isinstance(value, float):
             scalars[tag] = value

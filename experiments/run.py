@@ -22,9 +22,9 @@ from experiments.cli import (
     main_guard,
 )
 from experiments.cli.memory import MemoryUse
-from experiments.presets import SCALES, preset
 from sa_conv.models import MODELS
 from sa_conv.training.config import SECTIONS, RunConfig, RunOptions, dump_config, load_config
+from sa_conv.training.presets import SCALES, preset
 from sa_conv.utils.config import config_to_dict, field_types
 from sa_conv.utils.quote import quoted
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import call
 from helpers.browser import FLAGS, chromium
+from helpers.rows import study_row
 
 from experiments import gallery, run
 from experiments.cli import main_guard
@@ -38,7 +39,10 @@ def shipped(runs: dict[str, Path]) -> list[str]:
     names = []
     for model, run_dir in runs.items():
         metrics = json.loads((run_dir / "metrics.json").read_text())
-        row = {"model": model, "seed": 0, "epochs": 1, "test_acc": metrics["test_acc"], "n_test_images": 64}
+        row = study_row(
+            {"name": model, "model": model, "seed": 0, "epochs": 1, "test_acc": metrics["test_acc"]}
+            | {"n_test_images": 64}
+        )
         name = f"tiny/{model}-seed0"
         ship(name, read_checkpoint(metrics["best_checkpoint"]), row=row, history=None, commit=None)
         names.append(name)

@@ -31,6 +31,7 @@ from helpers.verdicts import (
 )
 
 from experiments.study.milestones import at_milestones
+from experiments.study.row import StudyRow
 
 SECTION = "## Does the grid form?"
 TABLE = "| question (threshold) | verdict | numbers |"
@@ -39,12 +40,14 @@ BUDGET = 15  # the study's epochs: the milestones of a longer run are its multip
 
 def marks(row: dict[str, Any]) -> str:
     """The epochs of a longer run's milestones: ``15/30/45``."""
-    return "/".join(str(epoch) for epoch, _ in at_milestones(row, BUDGET))
+    return "/".join(str(epoch) for epoch, _ in at_milestones(StudyRow.from_json(row), BUDGET))
 
 
 def curve(row: dict[str, Any], key: str, form: str = "{}") -> str:
     """Layer 1's ``key`` at every multiple of the study's budget: ``5 / 6 / 6 / 6``."""
-    return " / ".join(form.format(s["layers"][0][key]) for _, s in at_milestones(row, BUDGET))
+    return " / ".join(
+        form.format(getattr(s.layers[0], key)) for _, s in at_milestones(StudyRow.from_json(row), BUDGET)
+    )
 
 
 def grid_in_layer1() -> list[str]:
@@ -103,7 +106,8 @@ def grid_in_a_middle_layer() -> list[str]:
     for r in rows:
         epochs = marks(r)
         most = " / ".join(
-            str(max(la["sharp_distinct_taps"] for la in s["layers"][2:])) for _, s in at_milestones(r, BUDGET)
+            str(max(la.sharp_distinct_taps or 0 for la in s.layers[2:]))
+            for _, s in at_milestones(StudyRow.from_json(r), BUDGET)
         )
         texts.append(
             f"seed {r['seed']}, layers 1-6 at {r['epochs']} epochs: sharp heads "
@@ -121,9 +125,9 @@ def later_layers_move_outward() -> list[str]:
             f"seed {r['seed']}, median outward of layers 4 / 5 / 6 at {r['epochs']} epochs: "
             f"{per_layer(r, 'median_outward', '{:+.2f}', slice(3, 6))} px"
         )
-        snapshots = [snapshot for _, snapshot in at_milestones(r, BUDGET)]
+        snapshots = [snapshot for _, snapshot in at_milestones(StudyRow.from_json(r), BUDGET)]
         for i in (4, 5, 6):
-            over = " / ".join(f"{s['layers'][i - 1]['median_outward']:+.2f}" for s in snapshots)
+            over = " / ".join(f"{s.layers[i - 1].median_outward:+.2f}" for s in snapshots)
             texts.append(f"layer {i} at {marks(r)} epochs {over} px")
     return texts if rows else [*texts, TRAINING]
 

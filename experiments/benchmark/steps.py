@@ -16,11 +16,11 @@ import torch
 from torch import nn
 
 from experiments.benchmark.tools import Scale, time_it
-from experiments.presets import preset
 from sa_conv.analysis.flops import counted_flops
 from sa_conv.models import MODELS, Backbone, create_model
 from sa_conv.nn.attention import Impl, MultiHeadSelfAttention2d
 from sa_conv.training.precision import emulated_products, mixed_precision
+from sa_conv.training.presets import preset
 from sa_conv.utils.allocator import keep_freed_memory
 from sa_conv.utils.machine import resolve_precision
 from sa_conv.utils.precisions import BF16, FLOAT32, Precision
@@ -170,7 +170,9 @@ def _has_reference(model: Backbone) -> bool:
 def build_model(name: str, scale_name: str, device: torch.device, impl: Impl = "auto") -> Backbone:
     """Model ``name`` at a preset scale in training mode, from seed 0, its attention on ``impl``."""
     torch.manual_seed(0)
-    return _on_path(MODELS[name].build(preset(name, scale_name).model_config).to(device).train(), impl)
+    return _on_path(
+        MODELS[name].build(preset(name, scale_name).resolved_model_config).to(device).train(), impl
+    )
 
 
 def bench_allocator(

@@ -82,8 +82,8 @@ def datamodule_of_checkpoint(
     data_dir = args.data_dir
     if data_dir is not None:
         check_data_dir(data_dir)
-    elif not synthetic and trained.get("data_dir"):
-        data_dir = Path(trained["data_dir"])
+    elif not synthetic and isinstance(trained_dir := trained.get("data_dir"), str) and trained_dir:
+        data_dir = Path(trained_dir)
         if not data_dir.is_dir():
             raise UserError(f"the checkpoint was trained on {data_dir}, which is not here: pass --data-dir")
     config = RunConfig.from_dict(record.config())
@@ -93,7 +93,7 @@ def datamodule_of_checkpoint(
         config,
         data_dir=data_dir or DEFAULT_DATA_DIR,
         synthetic=synthetic,
-        synthetic_size=args.synthetic_size or trained.get("synthetic_size", SYNTHETIC_SIZE),
+        synthetic_size=args.synthetic_size or _count(trained.get("synthetic_size")) or SYNTHETIC_SIZE,
     )
     if batch_size is not None:  # the evaluation's batches too (else at least 256: no lower)
         data.eval_batch_size = batch_size
@@ -119,3 +119,8 @@ def data_note(datamodule: Any, record: TrainedModel) -> str:
         if differs
         else f"{line}: the checkpoint's own"
     )
+
+
+def _count(value: object) -> int | None:
+    """A count a checkpoint recorded (None where it holds something else)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

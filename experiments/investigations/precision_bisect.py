@@ -32,11 +32,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from experiments.cli import main_guard
-from experiments.presets import preset
 from sa_conv.data.augmentation import random_crop_flip
 from sa_conv.models.sa_classifier import SABlock, SAClassifier
 from sa_conv.nn.autocast import no_autocast
 from sa_conv.training.precision import Bf16ProductsInFloat32, flush_denormals, mixed_precision
+from sa_conv.training.presets import preset
 from sa_conv.training.run import datamodule_for, module_for
 from sa_conv.utils.machine import cpu_has_native_bf16
 from sa_conv.utils.schedule import lr_factor

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from argparse import Namespace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from experiments.cli import (
     DEFAULT_DATA_DIR,
@@ -31,8 +31,11 @@ from experiments.cli import (
     output_folder,
     positive_int,
 )
-from experiments.presets import SCALES
 from experiments.study.entries import STUDIES, Entry
+from sa_conv.training.presets import SCALES
+
+if TYPE_CHECKING:
+    from experiments.study.unfinished import UnfinishedRun
 
 __all__ = ["build_parser", "main", "runs_asked"]
 
@@ -144,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         if not settings.no_figures and found.layers is not None:
             render_figures(found, f"{scale}_{entry.run_name(seed)}", settings)
         tables.write()  # with the weights shipped
-    unfinished: list[dict[str, Any]] = []  # the report's view of the runs still training
+    unfinished: list[UnfinishedRun] = []  # the report's view of the runs still training
     if args.report:  # every run without a result: where it stands; the figures of those asked for
         unfinished.extend(report_unfinished(table, order, tables.rows, settings))
     tables.write(unfinished)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from experiments.presets import preset
 from sa_conv.training.config import RunConfig
+from sa_conv.training.presets import preset
 from sa_conv.utils.precisions import BF16, FLOAT32
 
 __all__ = ["PAPER_TABLE", "STUDIES", "Entry", "entry_config"]

@@ -3,17 +3,19 @@ figures across a scale's runs (locality layer by layer, learning curves) with it
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from experiments.study.row import StudyRow, readable_rows
 from experiments.study.runs import StudySettings
+from experiments.study.unfinished import UnfinishedRun
 from sa_conv.analysis.curves import learning_curves, locality_by_layer
 from sa_conv.analysis.maps import figures_of
 from sa_conv.analysis.snapshots import LocalitySnapshot
 from sa_conv.training.checkpoints import module_from_checkpoint
 from sa_conv.training.config import RunConfig
+from sa_conv.training.epochs import EpochRecord
 from sa_conv.training.summary import RunSummary
 from sa_conv.training.trained import TrainedModel, load_trained
 from sa_conv.utils.files import save_png
@@ -58,35 +60,33 @@ def draw_figures(
 RELATED_SCALES = {"small": ("small", "small6"), "small6": ("small6", "small")}
 
 
-def scale_figures(settings: StudySettings, unfinished: Sequence[dict[str, Any]] = ()) -> list[Path]:
+def scale_figures(settings: StudySettings, unfinished: Sequence[UnfinishedRun] = ()) -> list[Path]:
     """The figures across a scale's runs (and its related scales'), from the committed tables: locality
     layer by layer of every attention run, and the learning curves of every run that recorded them; the
     scale's unfinished runs beside them, labelled with the epoch they stand at."""
-    rows = []
+    rows: list[tuple[str, StudyRow]] = []
     scale_now, figures = settings.scale, settings.figures
     for scale in RELATED_SCALES.get(scale_now, (scale_now,)):
         path = settings.out / f"{scale}.json"
         if path.is_file():
-            rows += [(scale, row) for row in json.loads(path.read_text())]
+            rows += [(scale, row) for row in readable_rows(path)]
     written = []
 
-    def label(scale: str, r: dict[str, Any]) -> str:
-        depth = f", {len(r['layers'])} layers" if r["layers"] else ""  # attention layers; none in a ResNet
-        return f"{r['name']} s{r['seed']} ({scale}{depth})"
+    def label(scale: str, r: StudyRow) -> str:
+        depth = f", {len(r.layers)} layers" if r.layers else ""  # attention layers; none in a ResNet
+        return f"{r.name} s{r.seed} ({scale}{depth})"
 
-    attention = [{"label": label(sc, r), "layers": r["layers"]} for sc, r in rows if r.get("layers")]
-    for u in (u for u in unfinished if u["layers"]):
-        at = f"epoch {u['epochs_completed']}/{u['epochs']}, unfinished"
-        attention.append({"label": f"{u['name']} s{u['seed']} ({scale_now}, {at})", "layers": u["layers"]})
+    attention = [(label(sc, r), r.layers) for sc, r in rows if r.layers]
+    for u in (u for u in unfinished if u.layers):
+        at = f"epoch {u.epochs_completed}/{u.epochs}, unfinished"
+        attention.append((f"{u.name} s{u.seed} ({scale_now}, {at})", u.layers))
     if attention:
         path = figures / f"{scale_now}_locality_by_layer.png"
         save_png(
             locality_by_layer(attention, title=f"locality layer by layer, {scale_now} and beside it"), path
         )
         written.append(path)
-    curves = [
-        {"label": label(sc, r), "epochs": r["epochs_history"]} for sc, r in rows if r.get("epochs_history")
-    ]
+    curves = [(label(sc, r), _accuracy(r.epochs_history)) for sc, r in rows if r.epochs_history]
     if curves:
         path = figures / f"{scale_now}_learning_curves.png"
         save_png(
@@ -94,3 +94,8 @@ def scale_figures(settings: StudySettings, unfinished: Sequence[dict[str, Any]] 
         )
         written.append(path)
     return written
+
+
+def _accuracy(records: Sequence[EpochRecord]) -> list[tuple[int, float]]:
+    """A run's per-epoch evaluation accuracy, ``(epoch, accuracy)``, where an epoch was evaluated."""
+    return [(r.epoch, acc) for r in records if (acc := r.evaluated_acc) is not None]

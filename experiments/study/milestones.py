@@ -4,7 +4,9 @@ layer, to set beside the runs of the budget itself."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+
+from experiments.study.row import LocalityPoint, StudyRow
 
 __all__ = ["at_milestones", "milestone_lines"]
 
@@ -20,33 +22,33 @@ _MEASURES = (
 )
 
 
-def at_milestones(row: dict[str, Any], every: int) -> list[tuple[int, dict[str, Any]]]:
+def at_milestones(row: StudyRow, every: int) -> list[tuple[int, LocalityPoint]]:
     """(epoch, locality snapshot) at each multiple of ``every`` epochs of a run longer than ``every``: the
     recorded snapshot nearest the step that ended that epoch; empty for a run of ``every`` epochs or fewer."""
-    history, epochs = row.get("locality_history") or [], row.get("epochs_history") or []
-    if not history or row.get("epochs", 0) <= every:
+    history, total = row.locality_history, row.epochs or 0
+    if not history or total <= every:
         return []
-    ends = {e["epoch"]: e["step"] for e in epochs}
+    ends = {e.epoch: e.step for e in row.epochs_history}
     return [
-        (epoch, min(history, key=lambda snapshot: abs(snapshot["step"] - ends[epoch])))
-        for epoch in range(every, row["epochs"] + 1, every)
+        (epoch, min(history, key=lambda snapshot: abs(snapshot.step - ends[epoch])))
+        for epoch in range(every, total + 1, every)
         if epoch in ends
     ]
 
 
-def milestone_lines(rows: list[dict[str, Any]], every: int) -> list[str]:
+def milestone_lines(rows: Sequence[StudyRow], every: int) -> list[str]:
     """Per long run and layer, each measure at every ``every`` epochs ("5 / 7 / 8 / 8"), in one list item."""
     lines: list[str] = []
     for row in rows:
         if len(points := at_milestones(row, every)) < 2:
             continue
         epochs = "/".join(str(epoch) for epoch, _ in points)
-        steps = ", ".join(str(snapshot["step"]) for _, snapshot in points)
-        lines.append(f"- {row['name']} seed {row['seed']}, at {epochs} epochs (recorded steps {steps}):")
-        for i in range(len(points[0][1]["layers"])):
+        steps = ", ".join(str(snapshot.step) for _, snapshot in points)
+        lines.append(f"- {row.name} seed {row.seed}, at {epochs} epochs (recorded steps {steps}):")
+        for i in range(len(points[0][1].layers)):
             cells = []
             for label, key, form in _MEASURES:
-                values = [snapshot["layers"][i].get(key) for _, snapshot in points]
+                values = [getattr(snapshot.layers[i], key) for _, snapshot in points]
                 if all(v is not None for v in values):
                     cells.append(f"{label} " + " / ".join(form.format(v) for v in values))
             lines.append(f"  - layer {i + 1}: " + "; ".join(cells))

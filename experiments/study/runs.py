@@ -100,7 +100,7 @@ def with_test_correct(summary: RunSummary, path: Path, settings: StudySettings) 
     module = module_from_checkpoint(best)
     data = settings.data(RunConfig.from_dict(summary.config))
     trained_on = (summary.data or {}).get("fingerprint")
-    if trained_on is not None and data_difference(trained_on, data.fingerprint()):
+    if isinstance(trained_on, dict) and data_difference(trained_on, data.fingerprint()):
         print(f"warning: {path.parent} trained on other data: no per-image results from it", file=sys.stderr)
         return summary
     summary = replace(summary, test_correct=correct_on_test(module.backbone, data, summary.precision))

@@ -8,11 +8,12 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 
+from experiments.study.row import StudyRow
 from sa_conv.analysis.snapshots import LocalitySnapshot, history_json
+from sa_conv.models.hyper_parameters import HyperParameters
 from sa_conv.models.weights import ManifestEntry, backbone_of, manifest, save_weights, sha256_of, weights_dir
 from sa_conv.training.checkpoints import with_best
 from sa_conv.training.config import RunConfig, config_difference
@@ -34,7 +35,7 @@ def carried_resume(scale: str, run: str, root: Path, config: RunConfig, weights:
     return find_resume(str(path), root, config) if path.is_file() else None
 
 
-def ship_run(name: str, summary: RunSummary, row: dict[str, Any], weights: Path) -> None:
+def ship_run(name: str, summary: RunSummary, row: StudyRow, weights: Path) -> None:
     """Ship a finished run's reported weights (its best checkpoint) as ``name`` unless the manifest
     already lists this run, and drop its carried checkpoint (a finished run resumes nothing); a warning
     where the checkpoint to ship is not here."""
@@ -67,6 +68,7 @@ def carry(scale: str, run: str, resume: Resume | None, weights: Path) -> Path | 
         if target.resolve() == resume.path.resolve():
             return target
         there = read_checkpoint(target).get("global_step", 0)
+        there = there if isinstance(there, int) else 0
         if there >= resume.step:
             print(f"== {run}: {target} holds step {there}, this run {resume.step}: kept", file=sys.stderr)
             return target
@@ -79,9 +81,9 @@ def carry(scale: str, run: str, resume: Resume | None, weights: Path) -> Path | 
 
 def ship(
     name: str,
-    ckpt: dict[str, Any],
+    ckpt: dict[str, object],
     *,
-    row: dict[str, Any],
+    row: StudyRow,
     history: Sequence[LocalitySnapshot] | None,
     commit: str | None,
     root: Path | None = None,
@@ -90,6 +92,8 @@ def ship(
     ``root`` (default ``weights_dir()``) and list it in the manifest (under a lock: studies of several
     scales may ship at once); returns its entry."""
     root = root or weights_dir()
+    if row.model is None or row.epochs is None or row.n_test_images is None:
+        raise ValueError(f"the row of {name} records no model, epochs or test images: nothing to ship")
     manifest(root)  # a malformed manifest is refused before any file is written
     run_config = run_config_of(ckpt)
     backbone = backbone_of(ckpt)
@@ -98,20 +102,20 @@ def ship(
     save_weights(
         staged,
         backbone,
-        hyper_parameters=dict(ckpt["hyper_parameters"]),
+        hyper_parameters=HyperParameters.read(ckpt.get("hyper_parameters"), name).to_dict(),
         run_config=run_config,
         history=history_json(history or []),
-        step=ckpt.get("global_step"),
+        step=step if isinstance(step := ckpt.get("global_step"), int) else None,
     )
     entry = ManifestEntry(
-        model=row["model"],
+        model=row.model,
         scale=name.split("/")[0],
-        seed=row["seed"],
-        precision=row.get("precision", FLOAT32),
-        epochs=row["epochs"],
-        epoch_of_weights=(ckpt.get("epoch") or 0) + 1,
-        test_acc=row["test_acc"],
-        n_test_images=row["n_test_images"],
+        seed=row.seed,
+        precision=row.precision if "precision" not in row.absent and row.precision else FLOAT32,
+        epochs=row.epochs,
+        epoch_of_weights=(epoch if isinstance(epoch := ckpt.get("epoch"), int) else 0) + 1,
+        test_acc=row.test_acc,
+        n_test_images=row.n_test_images,
         params=sum(p.numel() for p in backbone.parameters()),
         file=file,
         bytes=staged.stat().st_size,

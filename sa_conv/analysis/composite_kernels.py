@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from torch import Tensor
 
+from sa_conv.analysis.figure_registry import FigureInput
 from sa_conv.nn.encodings import CompositeRelativeEncoding
 
 __all__ = ["composite_kernels_figure", "lightweight_kernel"]
@@ -75,3 +76,12 @@ def composite_kernels_figure(
     )
     fig.suptitle((f"{title}\n" if title else "") + note, fontsize=8)
     return fig
+
+
+def composite_kernels_of(inputs: FigureInput) -> Figure | None:
+    """The registry's composite kernel figure: a model's composite encodings as the lightweight kernels
+    they are (None for a model without them, or with them without their bias)."""
+    composite = [e for e in inputs.backbone.encodings() if isinstance(e, CompositeRelativeEncoding)]
+    if not composite or any(e.bias is None for e in composite):
+        return None
+    return composite_kernels_figure(composite, inputs.side, title=inputs.name or None)

@@ -4,16 +4,18 @@ a matplotlib ``Figure`` out; no pyplot state)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
 from torch import Tensor
+
+from sa_conv.analysis.snapshots import LayerSummary
 
 __all__ = [
     "grid_formation",
@@ -27,7 +29,7 @@ ALPHA_REFERENCE = 2.0  # the project's "localized" mark for a layer's median alp
 ALPHA_TICKS = (0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)  # labelled on log-alpha axes
 
 
-def _log_alpha_axis(ax: Any) -> None:
+def _log_alpha_axis(ax: Axes) -> None:
     """A log axis for alpha, labelled at the round values inside the data's range, the alpha = 2 mark."""
     ax.set_yscale("log")
     ax.axhline(ALPHA_REFERENCE, color="black", lw=0.8, ls="--", label=f"alpha = {ALPHA_REFERENCE:g}")
@@ -38,7 +40,7 @@ def _log_alpha_axis(ax: Any) -> None:
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
-def _legend_outside(fig: Figure, ax: Any, ncols: int = 4) -> None:
+def _legend_outside(fig: Figure, ax: Axes, ncols: int = 4) -> None:
     """The legend of ``ax`` below the figure, where it hides no line."""
     handles, labels = ax.get_legend_handles_labels()
     if handles:
@@ -121,10 +123,12 @@ def locality_summary(distances: Tensor, *, sharp: Tensor | None = None, title: s
     return fig
 
 
-def locality_by_layer(runs: Sequence[dict[str, Any]], *, title: str | None = None) -> Figure:
+def locality_by_layer(
+    runs: Sequence[tuple[str, Sequence[LayerSummary]]], *, title: str | None = None
+) -> Figure:
     """Layer by layer, for several runs side by side: mean attention distance, sharp heads, distinct taps
-    among them, median alpha (Gaussian heads). ``runs``: ``{"label": str, "layers": [layer_summary
-    rows]}``; a run with fewer layers is drawn over its first layers (2-layer runs beside 6-layer ones)."""
+    among them, median alpha (Gaussian heads). ``runs``: each run's label and its layers' summaries; a
+    run with fewer layers is drawn over its first layers (2-layer runs beside 6-layer ones)."""
     metrics = [
         ("mean_distance", "mean attention distance (pixels)"),
         ("sharp_heads", "sharp heads (>= 50% on one pixel)"),
@@ -135,17 +139,17 @@ def locality_by_layer(runs: Sequence[dict[str, Any]], *, title: str | None = Non
     axes = fig.subplots(1, len(metrics))
     markers = "osD^vP*Xph"
     colours = matplotlib.colormaps["tab10"](np.arange(10))
-    for i, run in enumerate(runs):  # one colour and marker per run, the same in every panel
-        layers = np.arange(1, len(run["layers"]) + 1)
+    for i, (name, summaries) in enumerate(runs):  # one colour and marker per run, the same in every panel
+        layers = np.arange(1, len(summaries) + 1)
         style = {"marker": markers[i % 10], "color": colours[i % 10], "ls": "-" if i < 10 else "--"}
         for ax, (key, _) in zip(axes, metrics, strict=True):
-            values = np.asarray([row.get(key, np.nan) for row in run["layers"]], dtype=float)
+            values = np.asarray([_number(getattr(row, key)) for row in summaries], dtype=float)
             if not np.all(np.isnan(values)):
-                ax.plot(layers, values, markersize=4, lw=1, label=run["label"], **style)
+                ax.plot(layers, values, markersize=4, lw=1, label=name, **style)
     for ax, (key, label) in zip(axes, metrics, strict=True):
         ax.set_title(label, fontsize=9)
         ax.set_xlabel("layer", fontsize=8)
-        ax.set_xticks(range(1, max(len(r["layers"]) for r in runs) + 1))
+        ax.set_xticks(range(1, max(len(layers) for _, layers in runs) + 1))
         ax.tick_params(labelsize=7)
         ax.grid(True, linewidth=0.3)
         if key == "median_alpha":
@@ -155,17 +159,18 @@ def locality_by_layer(runs: Sequence[dict[str, Any]], *, title: str | None = Non
     return fig
 
 
-def learning_curves(runs: Sequence[dict[str, Any]], *, title: str | None = None) -> Figure:
+def learning_curves(
+    runs: Sequence[tuple[str, Sequence[tuple[int, float]]]], *, title: str | None = None
+) -> Figure:
     """Evaluation accuracy (validation, or test under the paper's protocol) against the epoch, one line
-    per run. ``runs``: ``{"label": str, "epochs": [per-epoch records with val_acc or test_acc]}``."""
+    per run: its label and its ``(epoch, accuracy)`` points, accuracy a fraction."""
     fig = Figure(figsize=(7.0, 4.2), constrained_layout=True)
     ax = fig.subplots()
     styles = ["-", "--", ":", "-."]
-    for i, run in enumerate(runs):
-        rows = [r for r in run["epochs"] if "val_acc" in r or "test_acc" in r]
-        epochs = [r["epoch"] for r in rows]
-        accuracy = [100 * r.get("val_acc", r.get("test_acc")) for r in rows]
-        ax.plot(epochs, accuracy, styles[(i // 10) % 4], marker=".", label=run["label"])
+    for i, (name, points) in enumerate(runs):
+        epochs = [epoch for epoch, _ in points]
+        accuracy = [100 * acc for _, acc in points]
+        ax.plot(epochs, accuracy, styles[(i // 10) % 4], marker=".", label=name)
     ax.set_xlabel("epoch")
     ax.set_ylabel("validation accuracy (%)")
     ax.grid(True, linewidth=0.3)
@@ -200,3 +205,8 @@ def grid_formation(steps: Sequence[int], series: dict[str, Tensor], *, title: st
     _legend_outside(fig, axes[0], ncols=6)
     fig.suptitle(title or "does a grid form?", fontsize=10)
     return fig
+
+
+def _number(value: object) -> float:
+    """A summary's value as a float for a plot; NaN (no point) where a record holds none."""
+    return float(value) if isinstance(value, int | float) else float("nan")

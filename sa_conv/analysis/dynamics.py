@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -15,6 +14,7 @@ from torch import Tensor
 from sa_conv.analysis.locality import SHARP_MASS
 from sa_conv.analysis.snapshots import LocalitySnapshot
 from sa_conv.nn.encodings import PositionalEncoding
+from sa_conv.utils.errors import CheckpointError
 
 __all__ = ["CentreGradients", "HeadSharpening", "sharpening"]
 
@@ -48,14 +48,17 @@ class CentreGradients:
         self.sums, self.steps = [None] * len(self.sums), 0
         return means
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """Plain data (a resumed run continues the same means)."""
         return {"sums": [None if s is None else s.tolist() for s in self.sums], "steps": self.steps}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, object]) -> None:
         """Restore what ``state_dict`` returned."""
-        self.sums = [None if s is None else torch.tensor(s, dtype=torch.float32) for s in state["sums"]]
-        self.steps = int(state["steps"])
+        sums, steps = state.get("sums"), state.get("steps")
+        if not isinstance(sums, list) or not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+            raise CheckpointError("the checkpoint's centre gradients hold no sums list and step count")
+        self.sums = [None if s is None else torch.tensor(s, dtype=torch.float32) for s in sums]
+        self.steps = steps
 
 
 def _centre_grad(encoding: PositionalEncoding | None) -> Tensor | None:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import base64
 import json
 import zlib
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -28,6 +28,7 @@ from torch import Tensor
 from sa_conv.analysis.locality import locality
 from sa_conv.analysis.maps import attention_maps_of, locality_queries
 from sa_conv.models import Backbone
+from sa_conv.nn.encodings import PositionalEncoding
 from sa_conv.utils.files import write_text
 
 __all__ = ["explorer_data", "explorer_html", "quantize", "write_explorer"]
@@ -47,7 +48,8 @@ def quantize(probs: Tensor, levels: int = 255) -> tuple[Tensor, Tensor]:
     return codes, scale
 
 
-def _maps(probs: Tensor, levels: int) -> dict[str, Any]:
+def _maps(probs: Tensor, levels: int) -> dict[str, int | str]:
+    """A layer's maps quantized to ``levels`` steps of their row maxima, compressed, base64 text."""
     codes, scale = quantize(probs.detach().cpu(), levels)
     return {
         "levels": levels,
@@ -56,10 +58,10 @@ def _maps(probs: Tensor, levels: int) -> dict[str, Any]:
     }
 
 
-def _layer(probs: Tensor, encoding: Any, side: int) -> dict[str, Any]:
+def _layer(probs: Tensor, encoding: PositionalEncoding | None, side: int) -> dict[str, object]:
     """One layer's page data: quantized maps ``(I, heads, N, N)`` (I = 1 when positional), statistics."""
     m = locality(probs, side, side, queries=locality_queries(side))
-    layer: dict[str, Any] = {
+    layer: dict[str, object] = {
         "heads": probs.shape[1],
         "per_image": probs.shape[0] > 1,
         **_maps(probs, LEVELS[0]),
@@ -78,9 +80,9 @@ def explorer_data(
     images: Tensor,
     normalized: Tensor,
     *,
-    meta: dict[str, Any],
+    meta: Mapping[str, object],
     budget_mb: float = 18.0,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The page's data: ``images`` uint8 ``(I, 3, 32, 32)`` as shown, ``normalized`` as the model takes
     them, ``meta`` for the header (model, config, step, accuracy, where the images come from). The maps
     take at most ``budget_mb`` of text where fewer quantization levels can bring them there."""
@@ -89,11 +91,14 @@ def explorer_data(
     side = backbone.config.grid
     maps = attention_maps_of(backbone, normalized)  # per layer (I|1, heads, N, N)
     layers = [_layer(m, e, side) for m, e in zip(maps, backbone.encodings(), strict=True)]
+    sizes = [len(str(layer["maps"])) for layer in layers]  # characters of each layer's maps
     for levels in LEVELS[1:]:  # over budget: coarser steps, layer by layer, largest first
-        if sum(len(layer["maps"]) for layer in layers) <= budget_mb * 2**20:
+        if sum(sizes) <= budget_mb * 2**20:
             break
-        for i in sorted(range(len(layers)), key=lambda i: -len(layers[i]["maps"])):
-            layers[i].update(_maps(maps[i], levels))
+        for i in sorted(range(len(layers)), key=lambda i: -sizes[i]):
+            coarser = _maps(maps[i], levels)
+            layers[i].update(coarser)
+            sizes[i] = len(str(coarser["maps"]))
     pixels = images.to(torch.uint8).permute(0, 2, 3, 1).contiguous().cpu()  # (I, 32, 32, 3)
     viridis = (colormaps["viridis"](np.linspace(0, 1, 256))[:, :3] * 255).round().astype(int)
     return {
@@ -107,14 +112,14 @@ def explorer_data(
     }
 
 
-def explorer_html(data: dict[str, Any]) -> str:
+def explorer_html(data: dict[str, object]) -> str:
     """The page: the template with the data inlined (``</`` escaped so no string ends the script)."""
     template = resources.files("sa_conv.analysis").joinpath("explorer.html").read_text()
     payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
     return template.replace("/*DATA*/null", payload, 1)
 
 
-def write_explorer(path: str | Path, data: dict[str, Any]) -> Path:
+def write_explorer(path: str | Path, data: dict[str, object]) -> Path:
     """Write the page atomically (a folder or an unwritable path: ``ValueError`` / ``OSError``)."""
     path = Path(path)
     if path.is_dir():

@@ -27,9 +27,9 @@ from torch import nn
 from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
-from sa_conv.models import ResNetConfig, SAConfig
+from sa_conv.models import MODELS
 
-__all__ = ["FlopCounts", "Pass", "analytic_flops", "attention_path", "counted_flops", "run_flops"]
+__all__ = ["FlopCounts", "Pass", "analytic_flops", "counted_flops", "run_flops"]
 
 Pass = Literal["forward", "forward+backward"]
 _aten = torch.ops.aten
@@ -149,105 +149,14 @@ def run_flops(model: nn.Module, *, batch: int = 100) -> FlopCounts:
     )
 
 
-def attention_path(config: SAConfig, *, training: bool) -> Literal["separable", "dense"]:
-    """The computation a layer of ``config`` takes on a CPU: separable (two small mixings per head) or
-    dense (``(heads, N, N)`` probabilities times the values), as ``MultiHeadSelfAttention2d`` picks it."""
-    separable_encoding = config.encoding in ("quadratic", "learned")
-    dropout = training and config.attn_dropout > 0
-    positional_only = not config.content and config.encoding != "composite"
-    if config.impl == "separable" or (
-        config.impl == "auto" and separable_encoding and positional_only and not dropout
-    ):
-        return "separable"
-    return "dense"
-
-
 def analytic_flops(
-    model: str, config: SAConfig | ResNetConfig, *, training: bool = True, passes: Pass = "forward+backward"
+    model: str, config: object, *, training: bool = True, passes: Pass = "forward+backward"
 ) -> int:
-    """The FLOPs ``counted_flops`` should find, from the architecture (batch-free work left out)."""
-    if isinstance(config, ResNetConfig):
-        forward, first = _resnet_forward(config)
-    else:
-        forward, first = _sa_forward(config, training=training)
+    """The FLOPs ``counted_flops`` should find, from the architecture (batch-free work left out): the
+    formula the model's registry entry names (``ModelEntry.flops``)."""
+    formula = MODELS[model].flops_formula()
+    forward, first, recomputed = formula(config, training)
     if passes == "forward":
         return forward
     backward = 2 * forward - first  # input and weight gradients; the image itself needs no gradient
-    if isinstance(config, SAConfig) and attention_path(config, training=training) == "separable":
-        backward += _separable_mixing(config)  # the fused kernel recomputes the mixings in backward
-    return forward + backward
-
-
-def _linear(tokens: int, d_in: int, d_out: int) -> int:
-    return 2 * tokens * d_in * d_out
-
-
-def _separable_mixing(config: SAConfig) -> int:
-    """Every layer's row and column mixings: per head, N (H + W) D multiply-adds."""
-    g, d = config.grid, config.hidden
-    return sum(2 * heads * g * g * (2 * g) * d for heads in config.heads_per_layer)
-
-
-def _sa_forward(config: SAConfig, *, training: bool) -> tuple[int, int]:
-    """Forward FLOPs of the SA classifier, and those of the products whose input is the image."""
-    n, d = config.grid**2, config.hidden
-    embed = _linear(n, config.in_channels * config.pool**2, d)
-    total = embed + _linear(1, d, config.num_classes)
-    path = attention_path(config, training=training)
-    for heads in config.heads_per_layer:
-        if config.attention == "mixed":
-            total += _mixed_attention(config, heads)
-        else:
-            total += _mhsa(config, heads, path)
-        total += _linear(n, d, d) + _linear(n, d, config.ffn) + _linear(n, config.ffn, d)  # dense + FFN
-    return total, embed
-
-
-def _mhsa(config: SAConfig, heads: int, path: str) -> int:
-    n, d = config.grid**2, config.hidden
-    flops = _linear(n, heads * d, d)  # the output projection of the concatenated full-width heads
-    if path == "separable":
-        return flops + 2 * heads * n * (2 * config.grid) * d
-    flops += 2 * heads * n * n * d  # probabilities times values
-    query = config.content or config.encoding == "composite"
-    key = config.content or config.key_term
-    flops += query * _linear(n, d, heads * d) + key * _linear(n, d, heads * d)
-    if config.content:
-        flops += 2 * heads * n * n * d  # q . k
-    if config.encoding == "composite":
-        flops += 2 * heads * n * n * d * (1 + config.key_term)  # q . w[delta] (and k . w'[-delta])
-    return flops
-
-
-def _mixed_attention(config: SAConfig, heads: int) -> int:
-    n, d, k2 = config.grid**2, config.hidden, config.conv_kernel**2
-    attention_heads = heads // config.head_ratio
-    width = attention_heads * (d // heads)
-    flops = 4 * _linear(n, d, width)  # query, key, value, conv values
-    flops += 2 * 2 * n * n * width  # q . k and probabilities times values, over the attention heads
-    flops += 2 * n * d * k2 + _linear(n, d, width)  # span-aware keys: depthwise K x K, pointwise
-    flops += _linear(n, width, attention_heads * k2)  # the dynamic kernels
-    flops += 2 * n * width * k2  # applying them
-    return flops
-
-
-def _resnet_forward(config: ResNetConfig) -> tuple[int, int]:
-    """Forward FLOPs of the CIFAR ResNet18, and those of the stem (whose input is the image)."""
-
-    def conv(side: int, c_in: int, c_out: int, k: int) -> int:
-        return 2 * side * side * c_in * c_out * k * k
-
-    side, w = 32, config.width
-    stem = conv(side, config.in_channels, w, 3)
-    total, planes_in = stem, w
-    for stage, blocks in enumerate(config.blocks):
-        planes = w * 2**stage
-        for block in range(blocks):
-            stride = 2 if stage > 0 and block == 0 else 1
-            side_out = side // stride
-            total += conv(side_out, planes_in, planes, 3) + conv(side_out, planes, planes, 3)
-            if stride != 1 or planes_in != planes:
-                total += conv(side_out, planes_in, planes, 1)
-            side, planes_in = side_out, planes
-    total += _linear(1, planes_in, config.num_classes)
-    return total, stem
+    return forward + backward + recomputed

@@ -6,15 +6,15 @@ The training callbacks, the study and the figure command all call these."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
 from sa_conv.analysis.centres import centre_plot, layer_centres
-from sa_conv.analysis.composite_kernels import composite_kernels_figure
 from sa_conv.analysis.curves import grid_formation, locality_over_training, locality_summary
+from sa_conv.analysis.figure_registry import FIGURES, FigureInput, figure_function
 from sa_conv.analysis.figures import attention_grid, layer_heads
 from sa_conv.analysis.locality import (
     SHARP_MASS,
@@ -28,7 +28,6 @@ from sa_conv.analysis.locality import (
 )
 from sa_conv.analysis.snapshots import LayerLocality, LayerSummary, LocalitySnapshot
 from sa_conv.models import Backbone
-from sa_conv.nn.encodings import CompositeRelativeEncoding
 
 __all__ = [
     "attention_maps_of",
@@ -104,39 +103,50 @@ def layer_summary(snapshot: LocalitySnapshot, initial: LocalitySnapshot | None =
     starts = initial.layers if initial is not None else (None,) * len(snapshot.layers)
     for layer, start in zip(snapshot.layers, starts, strict=True):
         sharp = torch.tensor(layer.peak_mass) >= SHARP_MASS
-        row: dict[str, Any] = {
-            "mean_distance": sum(layer.mean_distance) / layer.heads,
-            "sharp_heads": int(sharp.sum()),
-            "heads": layer.heads,
-            "conv_likeness": sum(layer.peak_mass) / layer.heads,
-        }
         shifts = layer.peak_shift
         if shifts is None and layer.centres is not None:
             shifts = tuple((round(dy), round(dx)) for dy, dx in layer.centres)
+        distinct_taps: int | None = None
+        taps: list[list[int]] | None = None
         if shifts is not None:
-            taps = torch.tensor(shifts, dtype=torch.float64).reshape(-1, 2)[sharp]  # (sharp heads, 2)
-            row["sharp_distinct_taps"] = len(torch.unique(taps, dim=0)) if len(taps) else 0
-            row["sharp_taps"] = sorted([int(dy), int(dx)] for dy, dx in taps.round().tolist())
-        row["overlap"], row["coverage"] = layer.overlap, layer.coverage
+            sharp_shifts = torch.tensor(shifts, dtype=torch.float64).reshape(-1, 2)[sharp]  # (sharp heads, 2)
+            distinct_taps = len(torch.unique(sharp_shifts, dim=0)) if len(sharp_shifts) else 0
+            taps = sorted([int(dy), int(dx)] for dy, dx in sharp_shifts.round().tolist())
+        alpha: Tensor | None = None
         if layer.inverse_covariance is not None:
             alpha = gaussian_alpha(torch.tensor(layer.inverse_covariance))  # (heads,)
-            row["median_alpha"] = float(alpha.median())
-            row["alpha"] = [round(float(a), 4) for a in alpha]
-        if (
-            layer.centre_grad_norm is not None
-        ):  # the mean gradient norm on each centre since the last snapshot
-            row["centre_grad_norm"] = list(layer.centre_grad_norm)
+        moved = outward = None
         begin_at = start.centres if start is not None else None
         if layer.centres is not None and begin_at is not None and len(begin_at) == len(layer.centres):
             end, begin = torch.tensor(layer.centres), torch.tensor(begin_at)  # (heads, 2) each
             moved = (end - begin).norm(dim=-1)  # (heads,)
             outward = end.norm(dim=-1) - begin.norm(dim=-1)  # (heads,): > 0 farther from the query
-            row["displacement"] = [round(float(d), 4) for d in moved]
-            row["median_displacement"] = float(moved.median())
-            row["outward"] = [round(float(d), 4) for d in outward]
-            row["median_outward"] = float(outward.median())
-        out.append(LayerSummary(**row))
+        out.append(
+            LayerSummary(
+                mean_distance=sum(layer.mean_distance) / layer.heads,
+                sharp_heads=int(sharp.sum()),
+                heads=layer.heads,
+                conv_likeness=sum(layer.peak_mass) / layer.heads,
+                sharp_distinct_taps=distinct_taps,
+                sharp_taps=taps,
+                overlap=layer.overlap,
+                coverage=layer.coverage,
+                median_alpha=None if alpha is None else float(alpha.median()),
+                alpha=None if alpha is None else _rounded(alpha),
+                # the mean gradient norm on each centre since the last snapshot
+                centre_grad_norm=None if layer.centre_grad_norm is None else list(layer.centre_grad_norm),
+                displacement=None if moved is None else _rounded(moved),
+                median_displacement=None if moved is None else float(moved.median()),
+                outward=None if outward is None else _rounded(outward),
+                median_outward=None if outward is None else float(outward.median()),
+            )
+        )
     return out
+
+
+def _rounded(values: Tensor) -> list[float]:
+    """A per-head tensor as a list, each value to 4 decimals (what a results row keeps)."""
+    return [round(float(v), 4) for v in values]
 
 
 def initial_of(history: Sequence[LocalitySnapshot]) -> LocalitySnapshot | None:
@@ -144,50 +154,73 @@ def initial_of(history: Sequence[LocalitySnapshot]) -> LocalitySnapshot | None:
     return history[0] if history and history[0].step == 0 else None
 
 
-def _history_tensors(history: Sequence[LocalitySnapshot]) -> dict[str, Any]:
-    """Snapshots -> ``(T, layers)`` series and ``(T, layers, heads, ...)`` centre arrays, when consistent."""
+@dataclass(frozen=True)
+class _Series:
+    """A locality history as ``(T, layers)`` series (and ``(T, layers, heads, ...)`` centre arrays when
+    every snapshot has Gaussian heads, as many in every layer); a series older records lack is None."""
+
+    steps: list[int]
+    mean_distance: Tensor
+    sharp_fraction: Tensor
+    conv_likeness: Tensor
+    median_alpha: Tensor | None
+    motion: dict[str, Tensor]  # sharp heads, distinct taps, median displacement, overlap, coverage
+    centres: Tensor | None
+    inverse_covariance: Tensor | None
+
+
+def _history_tensors(history: Sequence[LocalitySnapshot]) -> _Series:
+    """Snapshots -> their series, when consistent."""
     heads = [[layer.heads for layer in s.layers] for s in history]
-    out: dict[str, Any] = {"steps": [s.step for s in history]}
     summaries = [layer_summary(s, initial_of(history)) for s in history]
-    out["mean_distance"] = torch.tensor([[r.mean_distance for r in s] for s in summaries])
-    out["sharp_fraction"] = torch.tensor([[r.sharp_heads / r.heads for r in s] for s in summaries])
-    out["conv_likeness"] = torch.tensor([[r.conv_likeness for r in s] for s in summaries])
     gaussian = all(r.median_alpha is not None for s in summaries for r in s)
-    out["median_alpha"] = torch.tensor([[r.median_alpha for r in s] for s in summaries]) if gaussian else None
+    motion: dict[str, Tensor] = {}
     for key in ("sharp_heads", "sharp_distinct_taps", "median_displacement", "overlap", "coverage"):
         values = [[getattr(r, key) for r in s] for s in summaries]
         if all(v is not None for s in values for v in s):  # records that hold it (older ones may not)
-            out[key] = torch.tensor([[float(v) for v in s] for s in values])
+            motion[key] = torch.tensor([[float(v) for v in s] for s in values])
     same_heads = all(h == heads[0] and len(set(h)) == 1 for h in heads)
-    if gaussian and same_heads:
-        out["centres"] = torch.tensor([[layer.centres for layer in s.layers] for s in history])
-        out["inverse_covariance"] = torch.tensor(
-            [[layer.inverse_covariance for layer in s.layers] for s in history]
-        )
-    return out
+    centred = gaussian and same_heads
+    return _Series(
+        steps=[s.step for s in history],
+        mean_distance=torch.tensor([[r.mean_distance for r in s] for s in summaries]),
+        sharp_fraction=torch.tensor([[r.sharp_heads / r.heads for r in s] for s in summaries]),
+        conv_likeness=torch.tensor([[r.conv_likeness for r in s] for s in summaries]),
+        median_alpha=torch.tensor([[r.median_alpha for r in s] for s in summaries]) if gaussian else None,
+        motion=motion,
+        centres=torch.tensor([[la.centres for la in s.layers] for s in history]) if centred else None,
+        inverse_covariance=(
+            torch.tensor([[la.inverse_covariance for la in s.layers] for s in history]) if centred else None
+        ),
+    )
 
 
 def figures_of(
     backbone: Backbone,
     images: Tensor,
     *,
+    maps: list[Tensor] | None = None,
     query: tuple[int, int] | None = None,
     history: Sequence[LocalitySnapshot] | None = None,
     lr: Callable[[int], float] | None = None,
     name: str = "",
 ) -> list[tuple[str, Figure | float]]:
-    """Every attention figure and locality scalar of an SA backbone, as ``(tag, value)`` pairs.
+    """Every attention figure and locality scalar of an SA backbone, as ``(tag, value)`` pairs: those of
+    its maps (``figures_of_maps``) and every figure of the registry (``analysis.figure_registry``) that
+    applies to it.
 
     The centre figures and the locality-over-training plot are drawn from ``history`` (the run's own
     snapshots) and need at least one (two) of them; ``lr`` (the learning rate at a step) draws the
-    schedule beside the latter.
+    schedule beside the latter. ``maps``: the backbone's maps on ``images``, where already computed.
     """
-    maps = attention_maps_of(backbone, images)
-    out = figures_of_maps(maps, _side(backbone), query=query, history=history, lr=lr, name=name)
-    composite = [e for e in backbone.encodings() if isinstance(e, CompositeRelativeEncoding)]
-    if composite and all(e.bias is not None for e in composite):  # the lightweight kernels they are
-        kernels = composite_kernels_figure(composite, _side(backbone), title=name or None)
-        out.append(("attention/composite_kernels", kernels))
+    maps = maps if maps is not None else attention_maps_of(backbone, images)
+    side = _side(backbone)
+    out = figures_of_maps(maps, side, query=query, history=history, lr=lr, name=name)
+    inputs = FigureInput(backbone=backbone, maps=maps, side=side, history=history or (), name=name)
+    for tag, entry in FIGURES.items():
+        figure = figure_function(entry)(inputs)
+        if figure is not None:
+            out.append((tag, figure))
     return out
 
 
@@ -238,35 +271,35 @@ def _history_figures(
     prefix = f"{name}: " if name else ""
     out: list[tuple[str, Figure]] = []
     series = _history_tensors(history)
-    if "centres" in series:
+    if series.centres is not None and series.inverse_covariance is not None:
         last = layer_centres(
-            series["centres"][-1],
-            inverse_covariance=series["inverse_covariance"][-1],
-            initial=series["centres"][0] if series["steps"][0] == 0 else None,
-            title=f"{name + ', ' if name else ''}step {series['steps'][-1]}",
+            series.centres[-1],
+            inverse_covariance=series.inverse_covariance[-1],
+            initial=series.centres[0] if series.steps[0] == 0 else None,
+            title=f"{name + ', ' if name else ''}step {series.steps[-1]}",
         )
         out.append(("attention/layer_centres", last))
         centres = centre_plot(
-            series["centres"],
-            inverse_covariance=series["inverse_covariance"],
-            steps=series["steps"],
+            series.centres,
+            inverse_covariance=series.inverse_covariance,
+            steps=series.steps,
             title=name or None,
         )
         out.append(("attention/centres", centres))
     if len(history) >= 2:
         figure = locality_over_training(
-            series["steps"],
-            series["mean_distance"],
-            series["sharp_fraction"],
-            conv_likeness=series["conv_likeness"],
-            median_alpha=series["median_alpha"],
-            lr=[lr(step) for step in series["steps"]] if lr is not None else None,
+            series.steps,
+            series.mean_distance,
+            series.sharp_fraction,
+            conv_likeness=series.conv_likeness,
+            median_alpha=series.median_alpha,
+            lr=[lr(step) for step in series.steps] if lr is not None else None,
             title=f"{prefix}locality over training",
         )
         out.append(("attention/locality_over_training", figure))
-        if "overlap" in series:  # motion and coverage, in records that hold them
+        if "overlap" in series.motion:  # motion and coverage, in records that hold them
             keys = ("sharp_heads", "sharp_distinct_taps", "median_displacement", "overlap")
-            present = {k: series[k] for k in keys if k in series}
-            figure = grid_formation(series["steps"], present, title=f"{prefix}does a grid form?")
+            present = {k: series.motion[k] for k in keys if k in series.motion}
+            figure = grid_formation(series.steps, present, title=f"{prefix}does a grid form?")
             out.append(("attention/grid_formation", figure))
     return out

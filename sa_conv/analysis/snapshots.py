@@ -48,7 +48,7 @@ class LayerLocality:
         """The layer's heads."""
         return len(self.peak_mass)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """Plain data (lists, numbers), without the fields that are None."""
         return _plain({f.name: getattr(self, f.name) for f in fields(self)})
 
@@ -96,7 +96,7 @@ class LocalitySnapshot:
     step: int
     layers: tuple[LayerLocality, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """Plain data: ``{"step": ..., "layers": [...]}``."""
         return {"step": self.step, "layers": [layer.to_json() for layer in self.layers]}
 
@@ -125,7 +125,7 @@ class LayerSummary:
     outward: list[float] | None = None
     median_outward: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """Plain data without the fields that are None (a results row's ``layers`` entry)."""
         return _plain({f.name: getattr(self, f.name) for f in fields(self)})
 
@@ -145,7 +145,7 @@ class LayerSummary:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
-def history_json(history: Sequence[LocalitySnapshot]) -> list[dict[str, Any]]:
+def history_json(history: Sequence[LocalitySnapshot]) -> list[dict[str, object]]:
     """A history as plain data (what checkpoints and weights files hold)."""
     return [snapshot.to_json() for snapshot in history]
 
@@ -179,7 +179,7 @@ def read_history(history: object, source: str) -> list[LocalitySnapshot]:
     return out
 
 
-def _plain(values: dict[str, Any]) -> dict[str, Any]:
+def _plain(values: dict[str, object]) -> dict[str, object]:
     """Record fields as JSON-ready data: tuples as lists, None left out."""
 
     def plain(value: Any) -> Any:

@@ -16,7 +16,7 @@ import math
 import sys
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import pytorch_lightning as pl
 from torch import Tensor
@@ -39,6 +39,7 @@ from sa_conv.data.sources import (
 )
 from sa_conv.data.split import split_indices, split_warning
 from sa_conv.utils.config import config_to_dict
+from sa_conv.utils.errors import CheckpointError
 from sa_conv.utils.quote import quoted
 
 __all__ = ["CIFAR10DataModule"]
@@ -88,7 +89,7 @@ class CIFAR10DataModule(pl.LightningDataModule):
         self.normalize = Normalization()
         self.augment_rng = AugmentationRNG(seed + 1)  # crops and flips, on the batches' device
         self._train_sampler: ResumableBatchSampler | None = None  # the one Lightning iterates
-        self._fingerprint: dict[str, Any] | None = None
+        self._fingerprint: dict[str, object] | None = None
         self.train_set: TensorImages | None = None
         self.val_set: TensorImages | None = None
         self.test_set: TensorImages | None = None
@@ -171,7 +172,7 @@ class CIFAR10DataModule(pl.LightningDataModule):
                 images = random_crop_flip(images, generator=self.augment_rng.generator(images.device))
         return self.normalize(images), labels
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> dict[str, object]:
         """What the run's data is, wherever it lies (``sa_conv.data.fingerprint``)."""
         if self._fingerprint is None:
             self._fingerprint = fingerprint({name: self.split(name) for name in ("train", "val", "test")})
@@ -186,12 +187,15 @@ class CIFAR10DataModule(pl.LightningDataModule):
         images = dataset.images[:n]
         return (self.normalize(images) if normalized else images), dataset.labels[:n]
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """The augmentation generator (Lightning stores it in checkpoints, so resumes crop alike) and the
         data's fingerprint (a resume on other data is refused)."""
         device, rng = self.augment_rng.state()
         return {"augment_rng": rng, "augment_device": device, "fingerprint": self.fingerprint()}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    def load_state_dict(self, state_dict: dict[str, object]) -> None:
         # checkpoints written before the generator moved to the device hold a CPU state
-        self.augment_rng.load(state_dict.get("augment_device", "cpu"), state_dict["augment_rng"])
+        device, rng = state_dict.get("augment_device", "cpu"), state_dict.get("augment_rng")
+        if not isinstance(device, str) or not isinstance(rng, Tensor):
+            raise CheckpointError("the checkpoint's data module holds no augmentation generator state")
+        self.augment_rng.load(device, rng)

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any
 
 from sa_conv.data.batches import TensorImages
 
 __all__ = ["data_difference", "fingerprint"]
 
 
-def fingerprint(splits: Mapping[str, TensorImages]) -> dict[str, Any]:
+def fingerprint(splits: Mapping[str, TensorImages]) -> dict[str, object]:
     """``{split: images, ..., "sha256": digest}`` of the splits, in their order (train, val, test)."""
     digest = hashlib.sha256()
     counts = {}
@@ -23,7 +22,7 @@ def fingerprint(splits: Mapping[str, TensorImages]) -> dict[str, Any]:
     return {**counts, "sha256": digest.hexdigest()}
 
 
-def data_difference(stored: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
+def data_difference(stored: Mapping[str, object], now: Mapping[str, object]) -> str | None:
     """How two data fingerprints differ, in words (None: the same data)."""
     counts = [
         f"{k} {stored[k]} images (now: {now[k]})" for k in ("train", "val", "test") if stored[k] != now[k]
@@ -31,6 +30,6 @@ def data_difference(stored: Mapping[str, Any], now: Mapping[str, Any]) -> str | 
     if counts:
         return ", ".join(counts)
     if stored["sha256"] != now["sha256"]:
-        was, now_ = stored["sha256"][:12], now["sha256"][:12]
+        was, now_ = str(stored["sha256"])[:12], str(now["sha256"])[:12]
         return f"the same numbers of images, other images or labels (sha256 {was}, now {now_})"
     return None

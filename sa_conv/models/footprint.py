@@ -8,9 +8,16 @@ from dataclasses import dataclass
 
 import torch
 
-from sa_conv.models import MODELS, ResNetConfig, SAConfig
+from sa_conv.models import MODELS, ModelConfig, ResNetConfig, SAConfig
 
-__all__ = ["Footprint", "ModelTooLargeError", "check_fits", "footprint"]
+__all__ = [
+    "Footprint",
+    "ModelTooLargeError",
+    "check_fits",
+    "footprint",
+    "resnet_activations",
+    "sa_activations",
+]
 
 FLOAT32 = 4  # bytes
 # per parameter while training: the weight, its gradient and SGD's momentum buffer, float32
@@ -45,16 +52,18 @@ class Footprint:
         )
 
 
-def footprint(model: str, config: SAConfig | ResNetConfig, batch: int) -> Footprint:
-    """The footprint of model ``model`` (a registry name) with ``config`` when trained at ``batch``."""
+def footprint(model: str, config: ModelConfig, batch: int) -> Footprint:
+    """The footprint of model ``model`` (a registry name) with ``config`` when trained at ``batch``: the
+    activations as its registry entry estimates them (``ModelEntry.activations``)."""
+    entry = MODELS[model]
     with torch.device("meta"):  # shapes only: nothing is allocated, whatever the size
-        built = MODELS[model].build(config)
+        built = entry.build(config)
     parameters = sum(p.numel() for p in built.parameters())
-    per_image = _sa_activations(config) if isinstance(config, SAConfig) else _resnet_activations(config)
+    per_image = entry.activations_estimate()(config)
     return Footprint(parameters, batch, parameters * FLOAT32 * TRAINING_COPIES, per_image * batch * FLOAT32)
 
 
-def _sa_activations(config: SAConfig) -> int:
+def sa_activations(config: SAConfig) -> int:
     """Values one image keeps per SA layer: the token-wide tensors of the block, the FFN's, the heads'
     full-width outputs and, for attention that depends on the image, the (heads, N, N) probabilities
     (twice: with their dropout mask)."""
@@ -67,7 +76,7 @@ def _sa_activations(config: SAConfig) -> int:
     return total
 
 
-def _resnet_activations(config: ResNetConfig) -> int:
+def resnet_activations(config: ResNetConfig) -> int:
     """Values one image keeps in a CIFAR ResNet: each conv's output, its batch norm's and its ReLU's."""
     side, width = 32, config.width
     total = 3 * side * side * width  # the stem

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
 
 from sa_conv.utils.errors import CheckpointError
 from sa_conv.utils.json_values import is_json, json_kind
@@ -51,12 +50,12 @@ class ManifestEntry:
     file: str
     bytes: int
     sha256: str
-    config: dict[str, Any]
+    config: dict[str, object]
     epoch_of_weights: int | None = None
     commit: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    extra: dict[str, object] = field(default_factory=dict, compare=False)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The entry as ``manifest.json`` holds it (its keys in the file's order)."""
         out = {name: getattr(self, name) for name in _ORDER}
         return {**{k: v for k, v in out.items() if v is not None}, **self.extra}

@@ -4,7 +4,6 @@ read it before the heavy imports; the model itself is ``sa_conv.models.resnet``.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from sa_conv.utils.config import is_count, option
 from sa_conv.utils.quote import quoted
@@ -31,6 +30,6 @@ class ResNetConfig:
                 f"blocks must be 1 to 8 stages of 1 to 64 blocks each, got {quoted(self.blocks)}"
             )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """Plain dict (for hyper-parameters and JSON)."""
         return asdict(self)

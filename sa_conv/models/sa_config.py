@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from sa_conv.nn.choices import Impl
 from sa_conv.nn.registry import ENCODINGS
@@ -133,6 +133,6 @@ class SAConfig:
         """Attention heads of every layer."""
         return self.layer_heads or (self.heads,) * self.layers
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """Plain dict (for hyper-parameters and JSON)."""
         return asdict(self)

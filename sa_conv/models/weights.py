@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from sa_conv.models import MODELS as REGISTRY
 from sa_conv.models import Backbone, model_config
+from sa_conv.models.hyper_parameters import HyperParameters
 from sa_conv.models.manifest_entry import ENTRY_FIELDS, ManifestEntry
 from sa_conv.models.weights_folder import weights_dir
 from sa_conv.utils.files import atomic_write
@@ -47,6 +48,7 @@ __all__ = [
     "save_weights",
     "sha256_of",
     "shipped_file",
+    "tensors_of",
     "weights_dir",
 ]
 
@@ -83,9 +85,9 @@ def save_weights(
     path: Path,
     backbone: nn.Module,
     *,
-    hyper_parameters: dict[str, Any],
-    run_config: dict[str, Any],
-    history: list[dict[str, Any]] | None = None,
+    hyper_parameters: dict[str, object],
+    run_config: dict[str, object],
+    history: list[dict[str, object]] | None = None,
     step: int | None = None,
 ) -> None:
     """Write ``backbone``'s weights (float32, contiguous) with what rebuilds it, atomically."""
@@ -102,7 +104,7 @@ def save_weights(
     atomic_write(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata), what="weights")
 
 
-def read_weights(path: Path) -> dict[str, Any]:
+def read_weights(path: Path) -> dict[str, object]:
     """A weights file as the checkpoint-shaped record commands read."""
     try:
         with safe_open(str(path), framework="pt") as f:
@@ -215,23 +217,20 @@ def check_fit(state: dict[str, Tensor], module: nn.Module, what: str) -> None:
         )
 
 
-def backbone_of(record: dict[str, Any]) -> Backbone:
+def backbone_of(record: dict[str, object]) -> Backbone:
     """The backbone a record (``read_weights``, a checkpoint) holds, its weights checked (``check_fit``)
     and loaded."""
-    hparams = record["hyper_parameters"]
-    if hparams.get("model") not in REGISTRY:
-        raise CheckpointError(f"the record's model {quoted(hparams.get('model'))} is not one of this suite's")
-    backbone = REGISTRY[hparams["model"]].build(model_config(hparams["model"], **hparams["model_config"]))
-    state = {
-        k.removeprefix("backbone."): v for k, v in record["state_dict"].items() if k.startswith("backbone.")
-    }
-    check_fit(state, backbone, f"the weights do not fit their model {quoted(hparams['model'])}")
+    hparams = HyperParameters.read(record.get("hyper_parameters"), "the record")
+    if hparams.model not in REGISTRY:
+        raise CheckpointError(f"the record's model {quoted(hparams.model)} is not one of this suite's")
+    backbone = REGISTRY[hparams.model].build(model_config(hparams.model, **hparams.model_config))
+    weights = tensors_of(record.get("state_dict"), "the record")
+    state = {k.removeprefix("backbone."): v for k, v in weights.items() if k.startswith("backbone.")}
+    check_fit(state, backbone, f"the weights do not fit their model {quoted(hparams.model)}")
     try:
         backbone.load_state_dict(state)
     except RuntimeError as err:
-        raise CheckpointError(
-            f"the weights do not fit their model {quoted(hparams['model'])}: {err}"
-        ) from None
+        raise CheckpointError(f"the weights do not fit their model {quoted(hparams.model)}: {err}") from None
     return backbone
 
 
@@ -254,3 +253,11 @@ def load_pretrained(name: str | os.PathLike[str]) -> Backbone:
             raise CheckpointError(f"weights file {path} does not exist")
         return backbone_of(read_weights(path)).eval()
     return backbone_of(read_weights(shipped_file(spec))).eval()
+
+
+def tensors_of(value: object, source: str) -> dict[str, Tensor]:
+    """A record's weights, each a tensor; ``CheckpointError`` naming ``source`` otherwise."""
+    state = {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
+    if wrong := [k for k, v in state.items() if not isinstance(v, Tensor)]:
+        raise CheckpointError(f"{source}: its weight {quoted(wrong[0], 60)} is not a tensor")
+    return {k: v for k, v in state.items() if isinstance(v, Tensor)}

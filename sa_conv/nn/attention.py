@@ -40,7 +40,8 @@ returns the output, and ``logits`` / ``probabilities`` say what the heads attend
 from __future__ import annotations
 
 import math
-from typing import Any, TypeVar
+from functools import partial
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -101,17 +102,17 @@ class MultiHeadSelfAttention2d(nn.Module):
             raise ValueError(f"encoding has {encoding.heads} heads, the layer has heads={heads}")
         if not 0.0 <= attn_dropout < 1.0:
             raise ValueError(f"attn_dropout must be in [0, 1), got {attn_dropout}")
-        factory: dict[str, Any] = {"device": device, "dtype": dtype}
         self.dim, self.heads = dim, heads
         self.out_dim = dim if out_dim is None else out_dim
         self.encoding = encoding
         self.content = content
         self.query_term = encoding is not None and encoding.query_dependent  # composite q . w[delta]
         self.key_term = encoding is not None and encoding.key_dependent  # composite k . w'[-delta]
-        self.query = nn.Linear(dim, heads * dim, **factory) if content or self.query_term else None
-        self.key = nn.Linear(dim, heads * dim, **factory) if content or self.key_term else None
+        linear = partial(nn.Linear, device=device, dtype=dtype)
+        self.query = linear(dim, heads * dim) if content or self.query_term else None
+        self.key = linear(dim, heads * dim) if content or self.key_term else None
         self.attn_dropout = nn.Dropout(attn_dropout)
-        self.proj = nn.Linear(heads * dim, self.out_dim, bias=bias, **factory)
+        self.proj = linear(heads * dim, self.out_dim, bias=bias)
         self.impl: Impl = impl
 
     # ------------------------------------------------------------------ public API

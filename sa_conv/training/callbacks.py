@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeGuard
 
 import pytorch_lightning as pl
 import torch
@@ -21,6 +21,7 @@ from sa_conv.analysis.maps import figures_of, locality_snapshot
 from sa_conv.analysis.snapshots import LocalitySnapshot, history_json, read_history
 from sa_conv.models import Backbone
 from sa_conv.training.epochs import EpochRecord, epochs_json, read_epochs
+from sa_conv.utils.errors import CheckpointError
 from sa_conv.utils.pace import Pace, duration, eta
 
 __all__ = ["AttentionFigures", "TrainingProgress"]
@@ -172,13 +173,16 @@ class TrainingProgress(pl.Callback):
         parts += [f"{self.pace.current_images_per_second:.1f} images/s", f"ETA {duration(remaining)}"]
         return " | ".join(parts)
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         pace = self.pace
         history = epochs_json(self.history)
         return {"images": pace.images, "steps": pace.steps, "seconds": pace.seconds, "history": history}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.pace.resume(state_dict["images"], state_dict["steps"], state_dict["seconds"])
+    def load_state_dict(self, state_dict: dict[str, object]) -> None:
+        images, steps, seconds = (state_dict.get(k) for k in ("images", "steps", "seconds"))
+        if not (_count(images) and _count(steps) and isinstance(seconds, int | float)):
+            raise CheckpointError("the checkpoint's TrainingProgress holds no image, step and second totals")
+        self.pace.resume(images, steps, float(seconds))
         self.history = read_epochs(state_dict["history"], "the checkpoint's TrainingProgress")
 
 
@@ -300,10 +304,16 @@ class AttentionFigures(pl.Callback):
                 writer.add_scalar(tag, value, global_step=step)
         writer.flush()
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         return {"history": history_json(self.history), "gradients": self.gradients.state_dict()}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    def load_state_dict(self, state_dict: dict[str, object]) -> None:
         self.history = read_history(state_dict["history"], "the checkpoint")
-        if "gradients" in state_dict:  # checkpoints written before the centres' gradients were recorded
-            self.gradients.load_state_dict(state_dict["gradients"])
+        gradients = state_dict.get("gradients")  # none in checkpoints written before they were recorded
+        if isinstance(gradients, dict):
+            self.gradients.load_state_dict(gradients)
+
+
+def _count(value: object) -> TypeGuard[int]:
+    """Whether a checkpoint's total is a count (an integer from 0, not a boolean)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -5,10 +5,11 @@ LightningModule such a record rebuilds (``module_from_checkpoint``, checkpoints 
 
 from __future__ import annotations
 
+import math
 import random
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import TypedDict, cast
 
 import numpy as np
 import pytorch_lightning as pl
@@ -18,9 +19,10 @@ from pytorch_lightning.plugins.io import TorchCheckpointIO
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from sa_conv.models.weights import check_fit
+from sa_conv.models.hyper_parameters import HyperParameters
+from sa_conv.models.weights import check_fit, tensors_of
 from sa_conv.training.module import ImageClassifier
-from sa_conv.training.trained import TrainedModel, migrated_hyper_parameters
+from sa_conv.training.trained import TrainedModel
 from sa_conv.utils.files import atomic_write, disk_full, free_bytes, human_size
 from sa_conv.utils.quote import quoted
 from sa_conv.utils.safe_load import CheckpointError, read_checkpoint
@@ -51,7 +53,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self._last_size = 0  # bytes of the last checkpoint written: the next one will need about as many
 
     def save_checkpoint(
-        self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None
+        self, checkpoint: dict[str, object], path: str | Path, storage_options: object = None
     ) -> None:
         path = Path(path)
         needed = self._last_size or (path.stat().st_size if path.exists() else 0)
@@ -64,11 +66,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 class RunConfigRecord(pl.Callback):
     """Stores the run's config in every checkpoint, for config-checked resumes and repeats."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, object]) -> None:
         self.config = config
 
     def on_save_checkpoint(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, object]
     ) -> None:
         checkpoint["run_config"] = self.config
 
@@ -85,7 +87,7 @@ class RelocatedResume(pl.Callback):
     Lightning could remove or write it (``confine_paths``)."""
 
     def on_load_checkpoint(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, object]
     ) -> None:
         carried = checkpoint.pop("carried_best", None)
         callbacks = {
@@ -101,8 +103,10 @@ class RelocatedResume(pl.Callback):
             if state.get("dirpath") and state["dirpath"] != callback.dirpath:
                 here = Path(callback.dirpath)
 
-                def moved(path: Any, here: Path = here) -> Any:  # a file still where it was stays there
-                    return str(here / Path(path).name) if _is_path(path) and not Path(path).exists() else path
+                def moved(path: object, here: Path = here) -> object:  # a file still where it was stays there
+                    if isinstance(path, str) and _is_path(path) and not Path(path).exists():
+                        return str(here / Path(path).name)
+                    return path
 
                 state["dirpath"] = callback.dirpath
                 for name in _PATH_FIELDS:
@@ -114,8 +118,8 @@ class RelocatedResume(pl.Callback):
             resumed = str(trainer.ckpt_path or "")
             source = Path(resumed).parent if _is_path(resumed) else None
             dropped += confine_paths(state, Path(callback.dirpath), callback.mode, source)
-            if state.get("best_model_path"):
-                best_paths.add((Path(state["best_model_path"]), Path(callback.dirpath)))
+            if _is_path(best := state.get("best_model_path")):
+                best_paths.add((Path(str(best)), Path(callback.dirpath)))
         if dropped and trainer.is_global_zero:
             more = f" and {len(dropped) - 1} more" if len(dropped) > 1 else ""
             print(
@@ -136,15 +140,15 @@ class RelocatedResume(pl.Callback):
 _PATH_FIELDS = ("best_model_path", "kth_best_model_path", "last_model_path")
 
 
-def _is_path(value: Any) -> bool:
+def _is_path(value: object) -> bool:
     """Whether ``value`` is a non-empty local file path (not a URL, which Lightning would hand to fsspec)."""
     return isinstance(value, str) and bool(value) and "://" not in value and "\0" not in value
 
 
-def within(path: Any, folder: Path) -> Path | None:
+def within(path: object, folder: Path) -> Path | None:
     """``path`` relative to ``folder`` when it names a file inside it, both resolved (``..`` and symlinks
     followed); None otherwise (outside, not a local path, unresolvable)."""
-    if not _is_path(path):
+    if not isinstance(path, str) or not _is_path(path):
         return None
     try:
         resolved, root = Path(path).resolve(), folder.resolve()
@@ -154,14 +158,14 @@ def within(path: Any, folder: Path) -> Path | None:
 
 
 def confine_paths(
-    state: dict[str, Any], folder: Path, mode: str = "max", source: Path | None = None
+    state: dict[str, object], folder: Path, mode: str = "max", source: Path | None = None
 ) -> list[str]:
     """Keep in a ``ModelCheckpoint`` state (monitoring in ``mode``) only the file paths inside ``folder``
     (the run's checkpoint folder, where Lightning removes and writes), rewritten under it, or files in
     ``source`` (the resumed checkpoint's own folder, only ever read), rewritten resolved; where top-k
     entries go, the best and k-th are taken again from those kept. Returns the paths dropped, quoted."""
 
-    def confined(path: Any) -> str | None:
+    def confined(path: object) -> str | None:
         here = within(path, folder)
         if here is not None:
             return str(folder / here)
@@ -188,22 +192,37 @@ def confine_paths(
         return dropped
     dropped += [quoted(k, 60) for k in ranked if confined(k) is None] or [quoted(best_k, 60)]
     state["best_k_models"] = kept
-    best, worst = (max, min) if mode == "max" else (min, max)
     if kept:
-        state["best_model_path"] = best(kept, key=kept.__getitem__)
-        state["best_model_score"] = kept[state["best_model_path"]]
-        state["kth_best_model_path"] = worst(kept, key=kept.__getitem__)
-        state["kth_value"] = kept[state["kth_best_model_path"]]
+        best, worst = (max, min) if mode == "max" else (min, max)
+        worst_score = -math.inf if mode == "max" else math.inf  # a score that is not a number ranks last
+
+        def score(path: str) -> float:
+            value = kept[path]
+            numeric = isinstance(value, int | float | torch.Tensor) and not isinstance(value, bool)
+            return (
+                float(value)
+                if numeric and (not isinstance(value, torch.Tensor) or value.numel() == 1)
+                else worst_score
+            )
+
+        best_path, kth_path = best(kept, key=score), worst(kept, key=score)
+        state["best_model_path"], state["best_model_score"] = best_path, kept[best_path]
+        state["kth_best_model_path"], state["kth_value"] = kth_path, kept[kth_path]
     else:
         state["kth_best_model_path"], state["kth_value"] = "", None
     return dropped
 
 
-def with_best(ckpt: dict[str, Any], folder: Path) -> dict[str, Any]:
+def with_best(ckpt: dict[str, object], folder: Path) -> dict[str, object]:
     """A resumable checkpoint that also carries its run's best model (weights and what rebuilds them) when
     that is another file in ``folder`` (the checkpoint's own), for a resume on a machine without the run's
     folder (``RelocatedResume``); a best model named outside ``folder`` is not read."""
-    states = [v for k, v in (ckpt.get("callbacks") or {}).items() if k.startswith("ModelCheckpoint")]
+    callbacks = ckpt.get("callbacks")
+    states = (
+        [v for k, v in callbacks.items() if str(k).startswith("ModelCheckpoint")]
+        if isinstance(callbacks, dict)
+        else []
+    )
     named = (s.get("best_model_path") for s in states if isinstance(s, dict))
     best = next((folder / here for p in named if (here := within(p, folder)) is not None), None)
     if best is None or not best.is_file():
@@ -241,12 +260,26 @@ class InterruptCheckpoint(pl.Callback):
             here.unlink()
 
 
-def rng_states() -> dict[str, Any]:
+# the global RNG states a checkpoint holds: torch's, numpy's (its key array an int64 tensor; an array in
+# older checkpoints), python's and, where CUDA is in use, this process's device's (a list in older ones)
+RNGStates = TypedDict(
+    "RNGStates",
+    {
+        "torch": torch.Tensor,
+        "numpy": tuple[str, "torch.Tensor | np.ndarray", int, int, float],
+        "python": tuple[object, ...],
+        "torch.cuda": "torch.Tensor | list[torch.Tensor]",
+    },
+    total=False,
+)
+
+
+def rng_states() -> RNGStates:
     """The global RNG states: torch, this process's CUDA device (where it is in use), numpy, python; plain
     data and tensors (numpy's key array as an int64 tensor), which load without running code."""
     numpy_state = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state(legacy=True))
     name, keys, pos, has_gauss, cached = numpy_state
-    states: dict[str, Any] = {
+    states: RNGStates = {
         "torch": torch.get_rng_state(),
         "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached),
         "python": random.getstate(),
@@ -256,7 +289,7 @@ def rng_states() -> dict[str, Any]:
     return states
 
 
-def set_rng_states(states: dict[str, Any]) -> None:
+def set_rng_states(states: RNGStates) -> None:
     """Restore what ``rng_states`` returned (the CUDA states only where CUDA is)."""
     torch.set_rng_state(states["torch"])
     name, keys, pos, has_gauss, cached = states["numpy"]  # keys: a tensor, or an array (older checkpoints)
@@ -277,13 +310,14 @@ class ResumableRNG(pl.Callback):
     collects them itself, in the same layout."""
 
     def __init__(self) -> None:
-        self._pending: dict[str, Any] | None = None
+        self._pending: RNGStates | None = None
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         return {"rng": rng_states()}
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._pending = state_dict["rng"]
+    def load_state_dict(self, state_dict: dict[str, object]) -> None:
+        # this callback's own state (a checkpoint's types are bounded as it is read: ``utils.safe_load``)
+        self._pending = cast(RNGStates, state_dict["rng"])
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: object, batch_idx: int
@@ -293,25 +327,33 @@ class ResumableRNG(pl.Callback):
             self._pending = None
 
 
-def module_from_checkpoint(record: str | Path | dict[str, Any] | TrainedModel) -> ImageClassifier:
+def module_from_checkpoint(record: str | Path | dict[str, object] | TrainedModel) -> ImageClassifier:
     """The LightningModule a trained model (``load_trained``'s record) or a checkpoint (a path, or its
     already-read ``read_checkpoint`` dict) rebuilds, its weights loaded; ``CheckpointError`` for weights
     that do not fit their model or hold NaN or infinity."""
     if isinstance(record, TrainedModel):
         hparams, state = record.hyper_parameters, record.state_dict
     else:
+        source = "the checkpoint" if isinstance(record, dict) else str(record)
         ckpt = record if isinstance(record, dict) else read_checkpoint(record)
-        hparams, state = migrated_hyper_parameters(ckpt["hyper_parameters"]), ckpt["state_dict"]
+        hparams = HyperParameters.read(ckpt.get("hyper_parameters"), source)
+        state = tensors_of(ckpt.get("state_dict"), source)
+    mismatch = f"the checkpoint does not match its model {quoted(hparams.model)}"
     try:
-        module = ImageClassifier(**hparams)
-        check_fit(state, module, f"the checkpoint does not match its model {quoted(hparams['model'])}")
+        if hparams.extra:
+            raise TypeError(f"unexpected hyper-parameter {quoted(next(iter(hparams.extra)), 40)}")
+        module = ImageClassifier(
+            model=hparams.model,
+            model_config=hparams.model_config,
+            optim=hparams.optim,
+            val_name=hparams.val_name,
+        )
+        check_fit(state, module, mismatch)
         module.load_state_dict(state)
     except (ValueError, TypeError, RuntimeError) as err:
         if isinstance(err, CheckpointError):
             raise
-        raise CheckpointError(
-            f"the checkpoint does not match its model {quoted(hparams['model'])}: {_load_error(err)}"
-        ) from None
+        raise CheckpointError(f"{mismatch}: {_load_error(err)}") from None
     return module
 
 

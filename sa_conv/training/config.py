@@ -20,7 +20,7 @@ from typing import Any, Literal
 import yaml
 
 from sa_conv.data.config import DataConfig
-from sa_conv.models import MODELS, ResNetConfig, SAConfig, model_config
+from sa_conv.models import MODELS, ModelConfig, model_config
 from sa_conv.utils.config import config_from_dict, config_to_dict, field_types, is_count, option
 from sa_conv.utils.precisions import AUTO, PRECISIONS, Precision
 from sa_conv.utils.quote import quoted
@@ -55,7 +55,7 @@ class RunConfig:
 
     model: str = field(metadata={"help": "a name of sa_conv.models.MODELS"})
     scale: str = option("custom", "the preset this config started from (a label)")
-    model_config: SAConfig | ResNetConfig | Mapping[str, Any] | None = None
+    model_config: ModelConfig | Mapping[str, object] | None = None
     optim: OptimConfig = field(default_factory=OptimConfig)
     data: DataConfig = field(default_factory=DataConfig)
     epochs: int = option(300, "training epochs")
@@ -71,9 +71,9 @@ class RunConfig:
     seed: int = option(0, "weights, data split, augmentation and dropout")
 
     @property
-    def resolved_model_config(self) -> SAConfig | ResNetConfig:
+    def resolved_model_config(self) -> ModelConfig:
         """The model's config, as construction resolved it from the registry's defaults and overrides."""
-        if not isinstance(self.model_config, (SAConfig, ResNetConfig)):
+        if not isinstance(self.model_config, ModelConfig):
             raise TypeError("the model config is resolved on construction")  # unreachable
         return self.model_config
 
@@ -82,7 +82,7 @@ class RunConfig:
             raise ValueError(f"unknown model {quoted(self.model)}; valid models: {', '.join(MODELS)}")
         family = MODELS[self.model].family
         config = self.model_config
-        if not isinstance(config, SAConfig | ResNetConfig):
+        if not isinstance(config, ModelConfig):
             config = model_config(self.model, **dict(config or {}))
         elif not isinstance(config, family):
             raise ValueError(f"model {self.model} takes a {family.__name__}, got a {type(config).__name__}")
@@ -106,12 +106,12 @@ class RunConfig:
             if not ok:
                 raise ValueError(f"{name} must be {expected}, got {quoted(getattr(self, name))}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """Plain data, one mapping per part (what config.yaml and checkpoints hold)."""
         return config_to_dict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
+    def from_dict(cls, data: Mapping[str, object]) -> RunConfig:
         """The config of plain data (a config.yaml); unknown or misplaced options name themselves.
 
         Configs written before the optimizer and data parts existed (their options at the top level)
@@ -123,7 +123,8 @@ class RunConfig:
         for name, section in SECTIONS.items():
             legacy = {k: data.pop(k) for k in field_types(section) if k in data}
             if legacy:
-                data[name] = {**legacy, **dict(data.get(name) or {})}
+                section_data = data.get(name) or {}
+                data[name] = {**legacy, **(dict(section_data) if isinstance(section_data, Mapping) else {})}
         _check_placement(data)
         return config_from_dict(cls, data, what="the run config")
 
@@ -135,7 +136,7 @@ class RunConfig:
         return dataclasses.replace(self, **changes)
 
 
-def _check_placement(data: Mapping[str, Any]) -> None:
+def _check_placement(data: Mapping[str, object]) -> None:
     """A top-level key that belongs to a part says where it goes."""
     own = set(field_types(RunConfig))
     model = data.get("model")
@@ -217,15 +218,16 @@ class RunOptions:
             check_devices(self.accelerator, self.devices)
 
 
-def flat_options(config: Mapping[str, Any]) -> dict[str, Any]:
+def flat_options(config: Mapping[str, object]) -> dict[str, object]:
     """A config's plain data with its parts' options at the top level (their names are unique)."""
     out = {k: v for k, v in config.items() if k not in ("model_config", *SECTIONS)}
     for part in ("model_config", *SECTIONS):
-        out.update(config.get(part) or {})
+        options = config.get(part)
+        out.update(options if isinstance(options, Mapping) else {})
     return out
 
 
-def config_difference(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
+def config_difference(stored: Mapping[str, object], wanted: Mapping[str, object]) -> list[str]:
     """``name=stored (now: wanted)`` for every option that differs, each option by its own name.
 
     ``precision: auto`` in ``wanted`` matches whatever precision the stored run resolved to.

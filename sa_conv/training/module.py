@@ -12,7 +12,7 @@ from pytorch_lightning.utilities.types import OptimizerLRSchedulerConfig
 from torch import Tensor
 from torchmetrics.classification import MulticlassAccuracy
 
-from sa_conv.models import MODELS, Backbone, ResNetConfig, SAConfig
+from sa_conv.models import MODELS, Backbone, ModelConfig
 from sa_conv.models import model_config as config_of
 from sa_conv.utils.config import config_from_dict, config_to_dict
 from sa_conv.utils.schedule import OptimConfig, lr_factor, schedule_length
@@ -53,12 +53,12 @@ class FirstNonFinite:
 
 def weight_decay_groups(backbone: Backbone, weight_decay: float) -> list[dict[str, Any]]:
     """Two parameter groups: everything with ``weight_decay``, and the backbone's ``no_weight_decay()``
-    without (none where it exempts nothing)."""
+    without (none where it exempts nothing); in torch's type of parameter groups."""
     exempt = backbone.no_weight_decay()
     params = [(n, p) for n, p in backbone.named_parameters() if p.requires_grad]
     decay = [p for n, p in params if n not in exempt]
     no_decay = [p for n, p in params if n in exempt]
-    groups = [{"params": decay, "weight_decay": weight_decay, "name": "decay"}]
+    groups: list[dict[str, Any]] = [{"params": decay, "weight_decay": weight_decay, "name": "decay"}]
     if no_decay:
         groups.append({"params": no_decay, "weight_decay": 0.0, "name": "no_decay"})
     return groups
@@ -85,15 +85,15 @@ class ImageClassifier(pl.LightningModule):
         self,
         *,
         model: str,
-        model_config: SAConfig | ResNetConfig | Mapping[str, Any] | None = None,
-        optim: OptimConfig | Mapping[str, Any] | None = None,
+        model_config: ModelConfig | Mapping[str, object] | None = None,
+        optim: OptimConfig | Mapping[str, object] | None = None,
         val_name: str = "val",
         epoch_batches: Callable[[int, int | float | None], int] | None = None,
     ) -> None:
         super().__init__()
-        family: SAConfig | ResNetConfig = (
+        family: ModelConfig = (
             model_config
-            if isinstance(model_config, SAConfig | ResNetConfig)
+            if isinstance(model_config, ModelConfig)
             else config_of(model, **dict(model_config or {}))
         )
         settings: OptimConfig = (
@@ -123,7 +123,7 @@ class ImageClassifier(pl.LightningModule):
     def forward(self, images: Tensor) -> Tensor:
         return self.backbone(images)
 
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(self, checkpoint: dict[str, object]) -> None:
         self.check_finite()  # a state after a NaN loss is never saved: the last good checkpoint stays
         checkpoint["sa_conv_version"] = __version__
         if self.total_steps_planned is not None:  # the schedule's length: figures draw the learning rate

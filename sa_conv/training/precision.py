@@ -288,7 +288,9 @@ def precision_plugin(precision: Precision, device_type: str) -> ContractPrecisio
     return ContractPrecision(device_type) if precision == BF16 else None
 
 
-def settle_precision(config: RunConfig, accelerator: str, stored: dict[str, Any] | None = None) -> RunConfig:
+def settle_precision(
+    config: RunConfig, accelerator: str, stored: dict[str, object] | None = None
+) -> RunConfig:
     """The config with its precision decided: a resumed run keeps its own (``stored``, its checkpoint's
     config) whatever this machine would pick; a new run resolves ``auto`` for this machine."""
     if stored is None or config.precision != "auto":

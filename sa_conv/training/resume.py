@@ -25,12 +25,12 @@ class Resume(NamedTuple):
 
     path: Path
     version: int | None
-    stored: dict[str, Any]
-    data: dict[str, Any] | None = None
+    stored: dict[str, object]
+    data: dict[str, object] | None = None
     step: int = 0
 
 
-def check_same_data(resume: Resume | None, fingerprint: Callable[[], dict[str, Any]]) -> None:
+def check_same_data(resume: Resume | None, fingerprint: Callable[[], dict[str, object]]) -> None:
     """A resume on other data than the run trained on (``fingerprint``: of the data now, computed only
     where there is one to compare) is refused with ``CheckpointError``; the same data moved elsewhere
     is not."""
@@ -44,9 +44,11 @@ def check_same_data(resume: Resume | None, fingerprint: Callable[[], dict[str, A
         )
 
 
-def data_fingerprint_of(ckpt: dict[str, Any]) -> dict[str, Any] | None:
+def data_fingerprint_of(ckpt: dict[str, object]) -> dict[str, object] | None:
     """The fingerprint of a run's data its checkpoint holds (the DataModule's state)."""
-    return (ckpt.get("CIFAR10DataModule") or {}).get("fingerprint")
+    state = ckpt.get("CIFAR10DataModule")
+    fingerprint = state.get("fingerprint") if isinstance(state, dict) else None
+    return {str(k): v for k, v in fingerprint.items()} if isinstance(fingerprint, dict) else None
 
 
 def checkpoints_of(run_dir: Path) -> list[Path]:
@@ -63,7 +65,7 @@ def version_of(path: Path) -> int | None:
     return None
 
 
-def _checked(path: Path, ckpt: dict[str, Any], wanted: dict[str, Any]) -> dict[str, Any]:
+def _checked(path: Path, ckpt: dict[str, object], wanted: dict[str, object]) -> dict[str, object]:
     """The checkpoint's run config, if it is ``wanted`` and its weights fit it (checked before a run
     folder is made); ``CheckpointError`` otherwise."""
     stored = run_config_of(ckpt, path)
@@ -82,7 +84,7 @@ def _checked(path: Path, ckpt: dict[str, Any], wanted: dict[str, Any]) -> dict[s
 MAX_COUNT = 10**12  # steps or epochs a checkpoint may record
 
 
-def check_training_state(ckpt: dict[str, Any], module: ImageClassifier) -> None:
+def check_training_state(ckpt: dict[str, object], module: ImageClassifier) -> None:
     """The training state Lightning restores, checked before it does: the step and epoch counts, and the
     optimizer's state, one dense buffer of its parameter's shape per parameter; ``CheckpointError``."""
     for key in ("global_step", "epoch"):
@@ -139,7 +141,7 @@ def find_resume(
         stored = _checked(path, ckpt, wanted)
         inside = (root / config.model).resolve() in path.resolve().parents
         version = version_of(path) if inside else None
-        return Resume(path, version, stored, data_fingerprint_of(ckpt), ckpt.get("global_step", 0))
+        return Resume(path, version, stored, data_fingerprint_of(ckpt), _step(ckpt))
     runs = sorted(
         (root / config.model).glob("version_*"),
         key=lambda p: version_of(p / "checkpoints") or -1,
@@ -158,9 +160,7 @@ def find_resume(
             except CheckpointError as err:
                 mismatch = mismatch or err
                 break  # this run has another config: look at older runs
-            return Resume(
-                path, version_of(path), stored, data_fingerprint_of(ckpt), ckpt.get("global_step", 0)
-            )
+            return Resume(path, version_of(path), stored, data_fingerprint_of(ckpt), _step(ckpt))
     if spec == "auto":
         return None
     if mismatch is not None:
@@ -168,3 +168,9 @@ def find_resume(
             f"no run of {config.model} under {root} has this config; the newest: {mismatch}"
         )
     raise CheckpointError(f"no run of {config.model} with a readable checkpoint under {root / config.model}")
+
+
+def _step(ckpt: dict[str, object]) -> int:
+    """A checkpoint's step (its ``global_step``; 0 where it holds none, as in Lightning)."""
+    step = ckpt.get("global_step", 0)
+    return step if isinstance(step, int) else 0

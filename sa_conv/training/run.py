@@ -26,7 +26,6 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from sa_conv.analysis.flops import FlopCounts, run_flops
 from sa_conv.data.datamodule import CIFAR10DataModule
 from sa_conv.data.sources import Source
-from sa_conv.models import ResNetConfig, SAConfig
 from sa_conv.models.footprint import check_fits, footprint
 from sa_conv.training.callbacks import AttentionFigures, TrainingProgress
 from sa_conv.training.checkpoints import (
@@ -190,8 +189,7 @@ def check_model_fits(config: RunConfig, options: RunOptions) -> None:
     (estimated from the config: ``sa_conv.models.footprint``) exceed the memory of the device it trains
     on."""
     device = torch.device("cuda" if _on_gpu(options) else "cpu")
-    assert isinstance(config.model_config, SAConfig | ResNetConfig)  # resolved by RunConfig
-    fp = footprint(config.model, config.model_config, config.data.batch_size)
+    fp = footprint(config.model, config.resolved_model_config, config.data.batch_size)
     check_fits(fp, available_memory(device), what=f"the {config.model} model", lift="pass --allow-large")
 
 

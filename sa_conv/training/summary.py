@@ -59,7 +59,7 @@ class RunSummary:
     model: str
     scale: str = "custom"
     protocol: str = "clean"
-    config: dict[str, Any]
+    config: dict[str, object]
     params: int
     train_flops_per_image: float | None = None  # the trained path, forward + backward
     eval_flops_per_image: float | None = None  # the evaluation path, forward
@@ -78,8 +78,8 @@ class RunSummary:
     bf16_products: str | None = None  # bf16 products: the device's own ("native"), or "emulated"
     peak_memory_gb: float | None = None
     devices: int = 1
-    data: dict[str, Any] | None = None  # where the data came from, and its fingerprint
-    hardware: dict[str, Any] | None = None
+    data: dict[str, object] | None = None  # where the data came from, and its fingerprint
+    hardware: dict[str, object] | None = None
     sa_conv_version: str | None = None
     best_test_acc: float | None = None  # the paper's protocol: the best epoch's test accuracy
     final_test_acc: float | None = None  # the paper's protocol: the last epoch's
@@ -91,10 +91,10 @@ class RunSummary:
     commit: str | None = None
     layers: list[LayerSummary] | None = None  # locality per layer at the end
     locality_history: list[LocalitySnapshot] | None = None  # locality snapshots over training
-    extra: dict[str, Any] = field(default_factory=dict)  # keys of a file this version does not know
+    extra: dict[str, object] = field(default_factory=dict)  # keys of a file this version does not know
     absent: frozenset[str] = field(default=frozenset(), compare=False, repr=False)  # keys a file lacked
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The plain data of ``metrics.json``."""
         out = {}
         for f in _keys():
@@ -111,14 +111,15 @@ class RunSummary:
         return {**out, **self.extra}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "the run summary") -> RunSummary:
+    def from_dict(cls, data: dict[str, object], source: str = "the run summary") -> RunSummary:
         """The summary of a ``metrics.json``'s data; keys it does not know are kept in ``extra``;
         ``ValueError`` names the keys every summary has that it lacks, or its malformed locality record."""
         needed = sorted(f.name for f in _keys() if f.name not in data and _default(f) is dataclasses.MISSING)
         if needed:
             raise ValueError(f"a run summary needs {', '.join(needed)}")
         names = {f.name for f in _keys()}
-        known = {k: v for k, v in data.items() if k in names}
+        # the records read by their readers below; the other fields are plain JSON values, taken as written
+        known: dict[str, Any] = {k: v for k, v in data.items() if k in names}
         try:
             if known.get("layers") is not None:
                 known["layers"] = [LayerSummary.from_json(layer) for layer in known["layers"]]

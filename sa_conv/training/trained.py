@@ -6,22 +6,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from torch import Tensor
 
 from sa_conv.analysis.snapshots import LocalitySnapshot, read_history
+from sa_conv.models.hyper_parameters import HyperParameters
 from sa_conv.models.manifest_entry import ManifestEntry
-from sa_conv.models.weights import manifest, read_weights, shipped_file
+from sa_conv.models.weights import manifest, read_weights, shipped_file, tensors_of
 from sa_conv.training.epochs import EpochRecord, read_epochs
+from sa_conv.utils.config import config_from_dict
 from sa_conv.utils.quote import quoted
 from sa_conv.utils.safe_load import CheckpointError, read_checkpoint
 from sa_conv.utils.schedule import OptimConfig, lr_factor
 
-__all__ = ["TrainedModel", "load_trained", "migrated_hyper_parameters"]
-
-# what checkpoints written before OptimConfig held: its fields flat among the hyper-parameters
-_LEGACY_OPTIM = ("lr", "momentum", "weight_decay", "schedule", "warmup", "milestones", "gamma")
+__all__ = ["TrainedModel", "load_trained"]
 
 
 @dataclass(frozen=True)
@@ -35,24 +33,24 @@ class TrainedModel:
     holds it, so that every older file still reads."""
 
     source: str
-    hyper_parameters: dict[str, Any]
+    hyper_parameters: HyperParameters
     state_dict: dict[str, Tensor]
-    run_config: dict[str, Any] | None = None
+    run_config: dict[str, object] | None = None
     step: int | None = None
     history: list[LocalitySnapshot] | None = None
     epochs: list[EpochRecord] | None = None
     schedule_steps: int | None = None
-    data_source: dict[str, Any] | None = None  # the data module's hyper-parameters: data_dir, source, ...
-    data_fingerprint: dict[str, Any] | None = None
+    data_source: dict[str, object] | None = None  # the data module's hyper-parameters: data_dir, source, ...
+    data_fingerprint: dict[str, object] | None = None
     shipped: ManifestEntry | None = None
     weights_file: str | None = None
 
     @property
     def model(self) -> str:
         """The model's registry name."""
-        return str(self.hyper_parameters["model"])
+        return self.hyper_parameters.model
 
-    def config(self) -> dict[str, Any]:
+    def config(self) -> dict[str, object]:
         """The run config; ``CheckpointError`` for a file that holds none (not written by experiments.run)."""
         if self.run_config is None:
             raise CheckpointError(f"{self.source} holds no run config (not written by experiments.run)")
@@ -62,22 +60,12 @@ class TrainedModel:
         """The learning rate at each step of the run; records written before they kept the schedule's length
         need ``total_steps`` (a finished run's step count), else None."""
         total = self.schedule_steps or total_steps
-        optim = self.hyper_parameters.get("optim")
+        optim = self.hyper_parameters.optim
         if total is None or not optim:
             return None
-        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in optim.items()}
-        config = OptimConfig(**values)
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in optim.items()}
+        config = config_from_dict(OptimConfig, values, what=f"{self.source}: the optimizer config")
         return lambda step: config.lr * lr_factor(step, total, config)
-
-
-def migrated_hyper_parameters(hparams: dict[str, Any]) -> dict[str, Any]:
-    """A record's hyper-parameters as ``ImageClassifier`` takes them: records written before
-    ``OptimConfig`` existed held the optimizer's fields flat among them."""
-    hparams = dict(hparams)
-    if "optim" not in hparams:
-        hparams["optim"] = {k: hparams.pop(k) for k in _LEGACY_OPTIM if k in hparams}
-        hparams.pop("num_classes", None)  # the model config's own
-    return hparams
 
 
 def load_trained(spec: str | Path) -> TrainedModel:
@@ -96,37 +84,42 @@ def load_trained(spec: str | Path) -> TrainedModel:
     return _record(str(spec), raw, shipped)
 
 
-def _record(source: str, raw: dict[str, Any], shipped: ManifestEntry | None) -> TrainedModel:
+def _record(source: str, raw: dict[str, object], shipped: ManifestEntry | None) -> TrainedModel:
     """The record of a checkpoint or a weights file as read (``read_checkpoint``, ``read_weights``)."""
-    hparams = raw.get("hyper_parameters")
-    if not isinstance(hparams, dict) or not isinstance(raw.get("state_dict"), dict):
+    if not isinstance(raw.get("hyper_parameters"), dict) or not isinstance(raw.get("state_dict"), dict):
         raise CheckpointError(f"{source} holds no model (hyper-parameters and weights)")
-    callbacks = raw.get("callbacks") or {}
-    history = next((v.get("history") for k, v in callbacks.items() if k.startswith("AttentionFigures")), None)
+    callbacks = _object(raw.get("callbacks"))
+    history = next(
+        (_object(v).get("history") for k, v in callbacks.items() if k.startswith("AttentionFigures")), None
+    )
     step = raw.get("global_step")
     if step is not None and (type(step) is not int or step < 0):
         raise CheckpointError(f"{source}: its global_step {quoted(step)} is not a count")
-    progress = callbacks.get("TrainingProgress") or {}
-    epochs = progress.get("history") if isinstance(progress, dict) else None
-    schedule = raw.get("schedule") or {}
-    total = schedule.get("total_steps") if isinstance(schedule, dict) else None
+    epochs = _object(callbacks.get("TrainingProgress")).get("history")
+    total = _object(raw.get("schedule")).get("total_steps")
     if total is not None and (type(total) is not int or not 0 < total <= 10**12):
         raise CheckpointError(f"{source}: its schedule's total_steps {quoted(total)} is not a step count")
-    data = raw.get("CIFAR10DataModule") or {}
+    weights_file = raw.get("weights_file")
+    fingerprint = _object(raw.get("CIFAR10DataModule")).get("fingerprint")
     return TrainedModel(
         source=source,
-        hyper_parameters=migrated_hyper_parameters(hparams),
-        state_dict=raw["state_dict"],
-        run_config=raw.get("run_config"),
+        hyper_parameters=HyperParameters.read(raw["hyper_parameters"], source),
+        state_dict=tensors_of(raw["state_dict"], source),
+        run_config=_object(raw.get("run_config")) or None,
         step=step,
-        history=None if history is None else read_history(history, raw.get("weights_file", source)),
+        history=None if history is None else read_history(history, str(weights_file or source)),
         epochs=None if epochs is None else _epochs(epochs, source),
         schedule_steps=total,
-        data_source=raw.get("datamodule_hyper_parameters") or None,
-        data_fingerprint=data.get("fingerprint") if isinstance(data, dict) else None,
+        data_source=_object(raw.get("datamodule_hyper_parameters")) or None,
+        data_fingerprint=_object(fingerprint) or None,
         shipped=shipped,
-        weights_file=raw.get("weights_file"),
+        weights_file=weights_file if isinstance(weights_file, str) else None,
     )
+
+
+def _object(value: object) -> dict[str, object]:
+    """A record's object (string keys), or an empty one where it holds something else or nothing."""
+    return {str(k): v for k, v in value.items()} if isinstance(value, dict) else {}
 
 
 def _epochs(data: object, source: str) -> list[EpochRecord]:

@@ -31,7 +31,7 @@ def field_help(cls: type) -> dict[str, str]:
     return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls)}
 
 
-def field_types(cls: type) -> dict[str, Any]:
+def field_types(cls: type) -> dict[str, object]:
     """The resolved type hint of every field of the dataclass ``cls``, in declaration order."""
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
@@ -86,7 +86,7 @@ def coerce(value: Any, hint: Any, name: str) -> Any:
     return value
 
 
-def config_from_dict(cls: type, data: Mapping[str, Any], *, what: str = "config") -> Any:
+def config_from_dict(cls: type, data: Mapping[str, object], *, what: str = "config") -> Any:
     """The dataclass ``cls`` from ``data``; unknown keys and ill-typed values name themselves."""
     if not isinstance(data, Mapping):
         raise ValueError(f"{what} must be a mapping of options, got {type(data).__name__}")
@@ -106,7 +106,7 @@ def config_from_dict(cls: type, data: Mapping[str, Any], *, what: str = "config"
     return cls(**values)
 
 
-def config_to_dict(config: Any) -> dict[str, Any]:
+def config_to_dict(config: Any) -> dict[str, object]:
     """A dataclass as plain data (nested dataclasses as mappings, tuples as lists): what YAML and JSON
     hold."""
 

@@ -10,7 +10,6 @@ import platform
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -208,9 +207,9 @@ def source_commit() -> str | None:
     return head + ("+dirty" if dirty else "") if head else None
 
 
-def hardware() -> dict[str, Any]:
+def hardware() -> dict[str, object]:
     """The machine a number came from."""
-    info: dict[str, Any] = {
+    info: dict[str, object] = {
         "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "cpu_native_bf16": cpu_has_native_bf16(),

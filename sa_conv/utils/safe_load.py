@@ -76,7 +76,7 @@ def load_checkpoint_file(path: str | Path) -> Any:
         raise CheckpointError(f"{path} is not a readable checkpoint ({type(err).__name__})") from None
 
 
-def read_checkpoint(path: str | Path) -> dict[str, Any]:
+def read_checkpoint(path: str | Path) -> dict[str, object]:
     """Read a checkpoint written by a run (no code runs); ``CheckpointError`` names what is wrong with it."""
     path = Path(path)
     if path.is_dir():
@@ -133,9 +133,9 @@ def _listed(names: list[str]) -> str:
     return ", ".join(names[:SHOWN_NAMES]) + (f" and {more} more" if more > 0 else "")
 
 
-def run_config_of(ckpt: dict[str, Any], path: str | Path = "the checkpoint") -> dict[str, Any]:
+def run_config_of(ckpt: dict[str, object], path: str | Path = "the checkpoint") -> dict[str, object]:
     """The run config stored in a checkpoint by ``RunConfigRecord``; ``CheckpointError`` without one."""
     stored = ckpt.get("run_config")
-    if stored is None:
+    if not isinstance(stored, dict):
         raise CheckpointError(f"{path} holds no run config (not written by experiments.run)")
-    return stored
+    return {str(k): v for k, v in stored.items()}

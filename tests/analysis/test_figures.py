@@ -33,10 +33,11 @@ from sa_conv.analysis.figures import (
 )
 from sa_conv.analysis.locality import gaussian_alpha, head_table, interior_queries, locality, peak_shift
 from sa_conv.analysis.maps import figures_of, layer_summary
-from sa_conv.analysis.snapshots import read_history
+from sa_conv.analysis.snapshots import LayerSummary, read_history
+from sa_conv.models.hyper_parameters import HyperParameters
 from sa_conv.nn.encodings import QuadraticEncoding
 from sa_conv.training.checkpoints import module_from_checkpoint
-from sa_conv.training.trained import TrainedModel, load_trained, migrated_hyper_parameters
+from sa_conv.training.trained import TrainedModel, load_trained
 from sa_conv.utils.safe_load import CheckpointError, read_checkpoint
 
 TWO_LAYERS = [*tiny(layers=2, epochs=2), "--synthetic"]
@@ -398,25 +399,29 @@ def test_layer_centres_number_every_head_and_mark_uniform_ones():
 
 
 def test_locality_by_layer_and_learning_curves_draw_every_run():
+    def summary(distance: float, sharp: int, alpha: float | None = None) -> LayerSummary:
+        return LayerSummary(
+            mean_distance=distance, sharp_heads=sharp, heads=9, conv_likeness=0.5, median_alpha=alpha
+        )
+
     runs = [
-        {"label": "six", "layers": [{"mean_distance": 1.0 + i, "sharp_heads": 6 - i} for i in range(6)]},
-        {"label": "two", "layers": [{"mean_distance": 2.0, "sharp_heads": 4, "median_alpha": 2.5}] * 2},
+        ("six", [summary(1.0 + i, 6 - i) for i in range(6)]),
+        ("two", [summary(2.0, 4, alpha=2.5)] * 2),
     ]
     fig = locality_by_layer(runs)
     distance, sharp, _, alpha = fig.axes
     assert distance.lines[0].get_ydata().tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
     assert tuple(distance.lines[1].get_color()) == tuple(sharp.lines[1].get_color())  # one colour per run
     assert alpha.lines[0].get_ydata().tolist() == [2.5, 2.5] and alpha.get_yscale() == "log"
-    epochs = [{"epoch": 1, "val_acc": 0.3}, {"epoch": 2, "val_acc": 0.5}]
-    curves = learning_curves([{"label": "a", "epochs": epochs}, {"label": "b", "epochs": epochs[:1]}])
+    epochs = [(1, 0.3), (2, 0.5)]
+    curves = learning_curves([("a", epochs), ("b", epochs[:1])])
     assert curves.axes[0].lines[0].get_ydata().tolist() == [30.0, 50.0]
 
 
 def record(hyper_parameters: dict, schedule_steps: int | None = None) -> TrainedModel:
     """A trained model's record as ``load_trained`` makes it (its hyper-parameters migrated)."""
-    return TrainedModel(
-        "x.ckpt", migrated_hyper_parameters(hyper_parameters), {}, schedule_steps=schedule_steps
-    )
+    hparams = HyperParameters.read({"model": "quadratic", **hyper_parameters}, "x.ckpt")
+    return TrainedModel("x.ckpt", hparams, {}, schedule_steps=schedule_steps)
 
 
 def test_the_learning_rate_of_a_checkpoint():

@@ -7,9 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from experiments.presets import preset
-from sa_conv.analysis.flops import analytic_flops, attention_path, counted_flops
+from sa_conv.analysis.flops import analytic_flops, counted_flops
 from sa_conv.models import MODELS, create_model
+from sa_conv.models.flop_formulas import attention_path
+from sa_conv.training.presets import preset
 
 PASSES = ("forward", "forward+backward")
 

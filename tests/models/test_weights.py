@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import REPO, call, one_line_error, tiny, train
+from helpers.rows import study_row
 
 import sa_conv
 from experiments import convert, evaluate, explore, figures, models
@@ -43,7 +44,10 @@ def shipped(run_dir: Path) -> ManifestEntry:
     """The run's best checkpoint shipped as ``NAME`` into this test's weights folder."""
     metrics = json.loads((run_dir / "metrics.json").read_text())
     ckpt = read_checkpoint(metrics["best_checkpoint"])
-    row = {"model": "quadratic", "seed": 0, "epochs": 1, "test_acc": metrics["test_acc"], "n_test_images": 64}
+    row = study_row(
+        {"name": "quadratic", "model": "quadratic", "seed": 0, "epochs": 1, "test_acc": metrics["test_acc"]}
+        | {"n_test_images": 64}
+    )
     return ship(
         NAME, ckpt, row=row, history=read_history(metrics["locality_history"], "metrics"), commit="abc"
     )
@@ -57,7 +61,7 @@ def test_shipped_weights_hold_the_checkpoints_tensors_and_load_by_name(
     assert entry == shipped and entry.commit == "abc" and entry.file == f"{NAME}.safetensors"
     assert entry.bytes == (weights_dir() / entry.file).stat().st_size < 2**20
     record = load_trained(NAME)
-    assert record.hyper_parameters == ckpt["hyper_parameters"] and record.shipped == entry
+    assert record.hyper_parameters.to_dict() == ckpt["hyper_parameters"] and record.shipped == entry
     assert record.run_config == ckpt["run_config"] and record.history
     assert set(record.state_dict) == set(ckpt["state_dict"])
     for key, tensor in ckpt["state_dict"].items():

@@ -10,6 +10,8 @@ import sys
 import pytest
 from helpers import REPO
 
+from experiments.commands import COMMANDS
+
 # each command and an argument error of its own (argparse's, or a check of the values)
 ERRORS = {
     "experiments.run": (["quadratic", "--epochs", "0"], "epochs must be an integer from 1 to 100,000"),
@@ -37,13 +39,14 @@ sys.stdout.write(f"exit {{code}} torch {{'torch' in sys.modules}}")
 """
 
 
-def test_every_command_is_listed() -> None:
-    """A new command needs its line here."""
-    commands = {
+def test_every_command_is_registered_and_tried_here() -> None:
+    """A command is one module and one line of ``experiments.commands.COMMANDS``; each has its error here."""
+    modules = {
         f"experiments.{p.stem}" for p in (REPO / "experiments").glob("*.py") if not p.stem.startswith("_")
     }
-    commands |= {f"experiments.{p.parent.name}" for p in (REPO / "experiments").glob("*/__main__.py")}
-    assert commands - {"experiments.presets"} == set(ERRORS)  # investigations: experiments/investigations/
+    modules |= {f"experiments.{p.parent.name}" for p in (REPO / "experiments").glob("*/__main__.py")}
+    registered = {command.module for command in COMMANDS.values()}
+    assert modules - {"experiments.commands"} == registered == set(ERRORS)
 
 
 @pytest.mark.parametrize("module", sorted(ERRORS))

@@ -11,15 +11,18 @@ import os
 import shutil
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.rows import study_row
 
 from experiments import study
 from experiments.cli import UserError
 from experiments.study import STUDIES, Entry
 from experiments.study import runs as study_runs
+from experiments.study.row import StudyRow
 from experiments.study.tables import (
     ResultsTables,
     comparisons,
@@ -28,6 +31,8 @@ from experiments.study.tables import (
     progress_line,
     seed_mean_lines,
 )
+from experiments.study.unfinished import UnfinishedRun
+from sa_conv.analysis.snapshots import LayerSummary
 from sa_conv.analysis.statistics import accuracy_stderr as standard_error
 from sa_conv.training.summary import RunSummary
 
@@ -267,42 +272,45 @@ def test_report_without_runs_keeps_the_committed_rows(tmp_path: Path) -> None:
         study.main(argv)
     assert json.loads((out / "small.json").read_text()) == committed
     expected = flops_of(study.entry_config(study.STUDIES["small"][0], "small", 1))
-    assert rows[0]["train_flops_per_image"] == expected["train_flops_per_image"] > 44434688
+    assert rows[0]["train_flops_per_image"] == expected.train > 44434688
     text = (out / "small.md").read_text()
     assert "| quadratic* | 1 |" in text and "71.4 +- 1.0%" in text
     assert "quadratic seed 0" in text  # still listed as not finished
 
 
 def test_an_unfinished_run_is_reported_with_its_step_epochs_accuracy_and_locality() -> None:
-    layer = {
-        "heads": 9,
-        "mean_distance": 2.5,
-        "sharp_heads": 3,
-        "sharp_distinct_taps": 2,
-        "sharp_taps": [[-1, 1], [0, 0], [0, 0]],
-        "median_alpha": 1.25,
-    }
-    state = {
-        "name": "quadratic",
-        "seed": 1,
-        "step": 4321,
-        "epochs_completed": 9,
-        "epochs": 15,
-        "epoch_split": "validation",
-        "epoch_acc": 0.6875,
-        "snapshot_step": 4200,
-        "layers": [
+    layer = LayerSummary(
+        heads=9,
+        mean_distance=2.5,
+        sharp_heads=3,
+        conv_likeness=0.5,
+        sharp_distinct_taps=2,
+        sharp_taps=[[-1, 1], [0, 0], [0, 0]],
+        median_alpha=1.25,
+    )
+    state = UnfinishedRun(
+        name="quadratic",
+        seed=1,
+        config={},
+        step=4321,
+        epochs_completed=9,
+        epochs=15,
+        epoch_split="validation",
+        epoch_acc=0.6875,
+        snapshot_step=4200,
+        layers=(
             layer,
-            {**layer, "sharp_heads": 0, "sharp_distinct_taps": 0, "sharp_taps": [], "mean_distance": 3.75},
-        ],
-    }
+            replace(layer, sharp_heads=0, sharp_distinct_taps=0, sharp_taps=[], mean_distance=3.75),
+        ),
+        locality_history=(),
+    )
     expected = (
         "- quadratic seed 1: step 4321, 9 of 15 epochs done; validation accuracy 68.8% after epoch 9; "
         "locality at step 4200: layer 1: 2.50 px, 3/9 sharp on 2 distinct taps [(-1, 1), (0, 0) x2], "
         "alpha 1.25; layer 2: 3.75 px, 0/9 sharp on 0 distinct taps, alpha 1.25"
     )
     assert progress_line(state) == expected
-    early = {**state, "epochs_completed": 0, "epoch_acc": None, "layers": [], "snapshot_step": None}
+    early = replace(state, epochs_completed=0, epoch_acc=None, layers=(), snapshot_step=None)
     assert progress_line(early) == "- quadratic seed 1: step 4321, 0 of 15 epochs done"
     text = markdown([], "small6", ["quadratic seed 1"], [state])
     assert "Not finished (no result yet): quadratic seed 1." in text
@@ -314,8 +322,10 @@ def test_an_ordering_is_claimed_only_with_every_test_and_two_seeds_each() -> Non
     """A: right on 1,900 of 2,000 test images, B on 1,700 of them (the same images, B's a subset)."""
     good, poor = "1" * 1900 + "0" * 100, "1" * 1700 + "0" * 300
 
-    def row(name: str, seed: int, correct: str) -> dict:
-        return {"name": name, "seed": seed, "test_acc": correct.count("1") / 2000, "test_correct": correct}
+    def row(name: str, seed: int, correct: str) -> StudyRow:
+        return study_row(
+            {"name": name, "seed": seed, "test_acc": correct.count("1") / 2000, "test_correct": correct}
+        )
 
     one_seed = comparisons([row("a", 0, good), row("b", 0, poor)])
     assert one_seed[-1].startswith("- a (95.0%) vs b (85.0%): difference of means +10.0 points")
@@ -324,7 +334,7 @@ def test_an_ordering_is_claimed_only_with_every_test_and_two_seeds_each() -> Non
     assert two_seeds[-1].endswith("**a above b**")
     swapped = [row("a", 0, good), row("a", 1, poor), row("b", 0, poor), row("b", 1, good)]
     assert comparisons(swapped)[-1].endswith(": no ordering claimed")  # not every seed above
-    assert comparisons([row("a", 0, good), {**row("b", 0, poor), "test_correct": ""}]) == []  # no per-image
+    assert comparisons([row("a", 0, good), replace(row("b", 0, poor), test_correct="")]) == []  # no per-image
     other_set = comparisons(
         [row("a", 0, good), row("b", 0, poor[:1000])]
     )  # e.g. full CIFAR-10 against a copy
@@ -333,18 +343,21 @@ def test_an_ordering_is_claimed_only_with_every_test_and_two_seeds_each() -> Non
 
 def test_the_mean_over_seeds_averages_every_seed_per_layer() -> None:
     def layer(distance: float, sharp: int, alpha: float) -> dict:
-        return {"heads": 9, "mean_distance": distance, "sharp_heads": sharp, "median_alpha": alpha}
+        return {"heads": 9, "mean_distance": distance, "sharp_heads": sharp, "median_alpha": alpha} | {
+            "conv_likeness": 0.5
+        }
 
-    def run(seed: int, acc: float, first: tuple, second: tuple) -> dict:
-        return {"name": "quadratic", "seed": seed, "test_acc": acc, "layers": [layer(*first), layer(*second)]}
+    def run(seed: int, acc: float, first: tuple, second: tuple) -> StudyRow:
+        layers = [layer(*first), layer(*second)]
+        return study_row({"name": "quadratic", "seed": seed, "test_acc": acc, "layers": layers})
 
     rows = [
         run(0, 0.70, (2.0, 5, 1.5), (3.0, 0, 0.5)),
         run(1, 0.73, (1.5, 8, 2.5), (3.5, 1, 0.25)),
         run(2, 0.76, (1.0, 2, 2.0), (4.0, 2, 0.75)),
-        {"name": "learned", "seed": 0, "test_acc": 0.60, "layers": []},  # one seed: no mean
-        {"name": "resnet18", "seed": 0, "test_acc": 0.80, "layers": []},
-        {"name": "resnet18", "seed": 1, "test_acc": 0.84, "layers": []},
+        study_row({"name": "learned", "seed": 0, "test_acc": 0.60, "layers": []}),  # one seed: no mean
+        study_row({"name": "resnet18", "seed": 0, "test_acc": 0.80, "layers": []}),
+        study_row({"name": "resnet18", "seed": 1, "test_acc": 0.84, "layers": []}),
     ]
     lines = seed_mean_lines(rows)
     assert lines[-2:] == [
@@ -353,9 +366,7 @@ def test_the_mean_over_seeds_averages_every_seed_per_layer() -> None:
         "- resnet18 (seeds 0, 1): test accuracy 82.0% (seeds 80.0 to 84.0)",
     ]
     assert seed_mean_lines(rows[3:5]) == []  # no model with two seeds
-    table = {"note": "", "params": 1, "train_flops_per_image": 1, "eval_flops_per_image": 1}
-    table |= {"train_time_s": 60, "train_images_per_s": 1, "test_acc_stderr": 0.01}
-    assert lines[-1] in markdown([{**table, **r} for r in rows], "small6").splitlines()
+    assert lines[-1] in markdown(rows, "small6").splitlines()
 
 
 def _fake_metrics(entry: Entry, seed: int, scale: str, acc: float) -> RunSummary:

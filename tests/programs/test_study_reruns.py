@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from helpers.rows import study_row
+
 from experiments.study import STUDIES, entry_config
 from experiments.study.reruns import rerun_lines, with_replaced
 from experiments.study.tables import ResultsTables
@@ -16,6 +18,7 @@ SCALE = "small"
 ENTRY = STUDIES[SCALE][0]  # quadratic, seeds 0 and 1
 TABLE = [(e, s) for e in STUDIES[SCALE] for s in e.seeds]
 OLD, NEW = "1" * 12 + "0" * 8, "1" * 20  # the re-run gets right the 8 test images the committed row missed
+LAYER = {"mean_distance": 4.68, "sharp_heads": 5, "heads": 9, "conv_likeness": 0.5}
 
 
 def summary(correct: str, seconds: float = 60.0) -> RunSummary:
@@ -54,7 +57,7 @@ def commit_row(out: Path, correct: str | None, acc: float = 0.6) -> None:
         "n_test_images": 20,
         "train_time_s": 3000.0,
         "train_images_per_s": 200.0,
-        "layers": [{"heads": 9, "sharp_heads": 5}],
+        "layers": [LAYER],
         "test_correct": correct,
     }
     out.mkdir(exist_ok=True)
@@ -85,7 +88,7 @@ def test_a_rerun_keeps_the_row_it_replaced_and_pairs_them(tmp_path: Path) -> Non
     row, md = written(loaded(out), summary(NEW))
     (record,) = row["replaced"]
     assert row["test_acc"] == 1.0 and record["test_acc"] == 0.6 and record["test_correct"] == OLD
-    assert record["hardware"] == "AMD EPYC" and record["layers"] == [{"heads": 9, "sharp_heads": 5}]
+    assert record["hardware"] == "AMD EPYC" and record["layers"] == [LAYER]
     assert LINE in md.splitlines()
     # the same run read back later (its row now committed) keeps its record, not one of itself
     again, md_again = written(loaded(out), summary(NEW))
@@ -122,21 +125,24 @@ def test_a_row_read_back_as_itself_replaces_nothing(tmp_path: Path) -> None:
 def test_a_replaced_row_that_cannot_be_paired_is_said_so() -> None:
     new = {"name": "learned", "seed": 0, "test_acc": 0.7, "precision": "32-true", "hardware": "Xeon"}
     head = "- learned seed 0: 70.00% (32-true, Xeon) replaces 69.00% (32-true, EPYC): "
-    before = {"test_acc": 0.69, "precision": "32-true", "hardware": "EPYC"}
+    before = {"name": "learned", "seed": 0, "test_acc": 0.69, "precision": "32-true", "hardware": "EPYC"}
     for committed, said in (
         (None, "no per-image results to pair"),
         ("1" * 4, "tested on different images (10 and 4)"),
     ):
-        row = with_replaced({**new, "test_correct": "1" * 7 + "0" * 3}, {**before, "test_correct": committed})
-        assert rerun_lines([row])[-1] == head + said
-    assert with_replaced(new, None) == new and rerun_lines([new]) == []
+        replaced = with_replaced(
+            study_row({**new, "test_correct": "1" * 7 + "0" * 3}),
+            study_row({**before, "test_correct": committed}),
+        )
+        assert rerun_lines([replaced])[-1] == head + said
+    assert with_replaced(study_row(new), None) == study_row(new) and rerun_lines([study_row(new)]) == []
 
 
 def test_a_rerun_that_repeated_its_row_exactly_is_said_so() -> None:
     new = {"name": "learned", "seed": 0, "test_acc": 0.7, "precision": "32-true", "hardware": "Xeon"}
     head = "- learned seed 0: 70.00% (32-true, Xeon) replaces 70.00% (32-true, Xeon): "
     same = "right and wrong on the same 10 test images (no image to pair)"
-    correct, layers = "1" * 7 + "0" * 3, [{"heads": 9, "sharp_heads": 1, "mean_distance": 4.68}]
+    correct, layers = "1" * 7 + "0" * 3, [{**LAYER, "sharp_heads": 1}]
     before = {**new, "test_correct": correct, "layers": layers}
     later = [layers[0] | {"overlap": 0.06}]  # a later row records more; the kept numbers are equal
     for new_layers, said in (
@@ -145,5 +151,4 @@ def test_a_rerun_that_repeated_its_row_exactly_is_said_so() -> None:
         (None, same),
     ):
         rerun = {**new, "train_time_s": 1.0, "test_correct": correct, "layers": new_layers}
-        row = with_replaced(rerun, before)
-        assert rerun_lines([row])[-1] == head + said
+        assert rerun_lines([with_replaced(study_row(rerun), study_row(before))])[-1] == head + said

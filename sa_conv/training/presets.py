@@ -11,36 +11,24 @@
   16 heads about 2.5 hours alone (projected from its step, 1.26x the 9-head one).
 - ``tiny``: minutes on 2 CPU cores, a smoke scale: 10,000 images, 3 epochs.
 
-Both CPU scales turn attention dropout off: a dropped matrix does not factor, so with it training takes the
-shared path, 1.7x slower than the separable one at this width (hidden-state dropout stays 0.1).
+A model's options at each CPU scale and its schedule are its registry entry's (``ModelEntry.scales``,
+``schedule``). Both CPU scales turn attention dropout off: a dropped matrix does not factor, so with it
+training takes the shared path, 1.7x slower than the separable one at this width (hidden-state dropout
+stays 0.1).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from sa_conv.data.config import DataConfig
-from sa_conv.models import MODELS, ResNetConfig, SAConfig
+from sa_conv.models import MODELS
 from sa_conv.training.config import RunConfig
 from sa_conv.utils.quote import quoted
-from sa_conv.utils.schedule import OptimConfig, Schedule
+from sa_conv.utils.schedule import OptimConfig
 
 __all__ = ["SCALES", "preset"]
 
 SCALES = ("paper", "small", "small6", "tiny")
 
-# model options of each CPU scale, per model family (a family without an entry keeps its defaults):
-# 2 SA layers of width 64 (9 heads, FFN 128), or a ResNet18 of width 16
-_MODEL: dict[type, dict[str, dict[str, Any]]] = {
-    SAConfig: {
-        "small": {"layers": 2, "hidden": 64, "ffn": 128, "attn_dropout": 0.0},
-        "small6": {"layers": 6, "hidden": 64, "ffn": 128, "attn_dropout": 0.0},
-        "tiny": {"layers": 2, "hidden": 64, "ffn": 128, "attn_dropout": 0.0},
-    },
-    ResNetConfig: {"small": {"width": 16}, "small6": {"width": 16}, "tiny": {"width": 16}},
-}
-# The paper's ResNet18 run used its script's defaults: lr / 10 at epochs 80, 150, 250, no warm-up.
-_SCHEDULE: dict[type, Schedule] = {ResNetConfig: "multistep"}
 _EPOCHS = {"paper": 300, "small": 15, "small6": 15, "tiny": 3}
 _DATA: dict[str, DataConfig] = {"tiny": DataConfig(train_subset=10_000, val_size=1_000)}
 
@@ -51,12 +39,12 @@ def preset(model: str, scale: str) -> RunConfig:
         raise ValueError(f"unknown model {quoted(model)}; valid models: {', '.join(MODELS)}")
     if scale not in SCALES:
         raise ValueError(f"unknown scale {quoted(scale)}; valid scales: {', '.join(SCALES)}")
-    family = MODELS[model].family
+    entry = MODELS[model]  # its options at each CPU scale, its schedule: the model's own
     return RunConfig(
         model=model,
         scale=scale,
-        model_config=_MODEL.get(family, {}).get(scale, {}),
-        optim=OptimConfig(schedule=_SCHEDULE.get(family, "warmup-cosine")),
+        model_config=entry.scales.get(scale, {}),
+        optim=OptimConfig(schedule=entry.schedule),
         data=_DATA.get(scale, DataConfig()),
         epochs=_EPOCHS[scale],
     )

@@ -66,24 +66,24 @@ class StudyRow:
     are kept in ``extra`` and written back as they came)."""
 
     name: str
+    model: str | None = None
     seed: int
     note: str
-    params: int | float
-    train_time_s: float
-    train_images_per_s: float
-    test_acc: float
-    test_acc_stderr: float
-    model: str | None = None
     protocol: str | None = None
     epochs: int | None = None
     layers_count: int | None = None
     heads: int | None = None
     precision: str | None = None
     bf16_products: str | None = None  # emulated on a CPU without native bf16
+    params: int | float
     train_flops_per_image: int | float | None = None
     eval_flops_per_image: int | float | None = None
+    test_acc: float
+    test_acc_stderr: float
     n_test_images: int | None = None
     best_val_acc: float | None = None
+    train_time_s: float
+    train_images_per_s: float
     layers: tuple[LayerSummary, ...] = ()
     locality_history: tuple[LocalityPoint, ...] = ()
     sharpening: tuple[dict[str, object], ...] = ()  # ``analysis.dynamics.sharpening``'s events, as data

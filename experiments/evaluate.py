@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     dataset = datamodule.test_set if args.split == "test" else datamodule.val_set
     report = {
         "accuracy": accuracy,
-        "n_images": len(dataset),
+        "n_images": len(dataset) if dataset is not None else 0,
         "split": args.split,
         "model": module.hparams["model"],
         "model_config": dict(module.hparams["model_config"] or {}),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from experiments.cli import (
     ArgumentParser,
@@ -27,6 +27,9 @@ from sa_conv.training.config import SECTIONS, RunConfig, RunOptions, dump_config
 from sa_conv.training.presets import SCALES, preset
 from sa_conv.utils.config import config_to_dict, field_types
 from sa_conv.utils.quote import quoted
+
+if TYPE_CHECKING:
+    from sa_conv.training.summary import RunSummary
 
 # the run config's own options (its parts have their own flag groups)
 _TOP_LEVEL = ("model", "scale", "model_config", *SECTIONS)
@@ -206,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def done_line(summary: Any) -> str:
+def done_line(summary: RunSummary) -> str:
     """The run's last line: its accuracy, time, speed and folder."""
     if summary.protocol == "paper":
         accuracy = f"best test acc {summary.best_test_acc:.4f} | final test acc {summary.final_test_acc:.4f}"

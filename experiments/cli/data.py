@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from experiments.cli.arguments import positive_int
 from experiments.cli.guard import UserError
 from sa_conv.training.config import RunConfig
 
 if TYPE_CHECKING:
+    from sa_conv.data.datamodule import CIFAR10DataModule
     from sa_conv.training.trained import TrainedModel
 
 __all__ = [
@@ -55,7 +56,7 @@ def check_data_dir(path: Path) -> None:
         raise UserError(f"--data-dir {path} is empty")
 
 
-def datamodule_from_flags(args: argparse.Namespace, config: Any) -> Any:
+def datamodule_from_flags(args: argparse.Namespace, config: RunConfig) -> CIFAR10DataModule:
     """The data module of a run config over the data the flags name."""
     from sa_conv.training.run import datamodule_for
 
@@ -71,7 +72,7 @@ def datamodule_from_flags(args: argparse.Namespace, config: Any) -> Any:
 
 def datamodule_of_checkpoint(
     record: TrainedModel, args: argparse.Namespace, *, batch_size: int | None = None
-) -> Any:
+) -> CIFAR10DataModule:
     """The data a checkpoint was trained on: its folder (unless the flags name other data) and its run
     config's split, subset, protocol, augmentation and seed; ``batch_size`` replaces the run's training
     and evaluation batches."""
@@ -100,14 +101,14 @@ def datamodule_of_checkpoint(
     return data
 
 
-def data_note(datamodule: Any, record: TrainedModel) -> str:
+def data_note(datamodule: CIFAR10DataModule, record: TrainedModel) -> str:
     """Which data a command on a checkpoint uses, and whether the checkpoint trained on it."""
     from sa_conv.data.fingerprint import data_difference
 
     now = datamodule.fingerprint()
     where = datamodule.data_dir or "synthetic images"
     counts = f"train {now['train']}, val {now['val']}, test {now['test']} images"
-    line = f"data: {where} ({counts}, sha256 {now['sha256'][:12]})"
+    line = f"data: {where} ({counts}, sha256 {str(now['sha256'])[:12]})"
     stored = record.data_fingerprint
     if stored is None and record.weights_file is not None:  # weights: model and config, no data record
         return f"{line}; shipped weights keep no fingerprint of the CIFAR-10 they trained on to compare with"

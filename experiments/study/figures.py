@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from experiments.study.row import StudyRow, readable_rows
 from experiments.study.runs import StudySettings
@@ -38,7 +37,7 @@ def render_figures(summary: RunSummary, prefix: str, settings: StudySettings) ->
 
 def draw_figures(
     record: TrainedModel,
-    config: dict[str, Any],
+    config: dict[str, object],
     prefix: str,
     settings: StudySettings,
     *,

@@ -12,11 +12,21 @@ from __future__ import annotations
 import dataclasses
 
 from experiments.cli import ArgumentParser, computing, output_file, positive_int
+from sa_conv.models.registry import MODELS
 from sa_conv.utils.files import write_json
 
 __all__ = ["SECTIONS", "main"]
 
-SECTIONS = ("allocator", "variants", "scaling", "training_step", "model_steps", "recording", "data")
+SECTIONS = (
+    "allocator",
+    "variants",
+    "scaling",
+    "training_step",
+    "model_steps",
+    "run_steps",
+    "recording",
+    "data",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,6 +44,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the preset of the every-model training steps (default: small)",
     )
     parser.add_argument("--step-batch", type=positive_int, default=100, help="their batch (default: 100)")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        choices=list(MODELS),
+        help="the models of the back-to-back steps, run_steps (default: every model)",
+    )
     parser.add_argument(
         "--sections",
         nargs="+",
@@ -55,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.benchmark.layers import BASELINE, bench_scaling, bench_variants
     from experiments.benchmark.recording import bench_recording
     from experiments.benchmark.report import print_report
+    from experiments.benchmark.run_steps import bench_run_steps
     from experiments.benchmark.steps import bench_allocator, bench_model_steps, bench_training_step
     from experiments.benchmark.tools import SCALES
     from sa_conv.training.precision import flush_denormals
@@ -88,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         "training_step": lambda: bench_training_step(scale, device),
         "model_steps": lambda: bench_model_steps(
             args.models_scale, args.step_batch, device, repeats=args.repeats
+        ),
+        "run_steps": lambda: bench_run_steps(
+            args.models_scale, args.step_batch, device, args.models, repeats=args.repeats
         ),
         "recording": lambda: bench_recording(
             args.models_scale, args.step_batch, device, repeats=args.repeats

@@ -70,6 +70,9 @@ def _print_steps(report: dict[str, Any]) -> None:
     m = report.get("model_steps")
     if m:
         _print_model_steps(m)
+    b = report.get("run_steps")
+    if b:
+        _print_run_steps(b)
     r = report.get("recording")
     if r:
         print(
@@ -119,6 +122,22 @@ def _print_model_steps(m: dict[str, Any]) -> None:
         "precision, from the counted FLOPs of the trained path (forward + backward); of mm: that rate "
         "over the matrix product's"
     )
+
+
+def _print_run_steps(b: dict[str, Any]) -> None:
+    print(
+        f"\ntraining step of every model at the {b['scale']} scale (batch {b['batch']}), float32, images/s, "
+        f"as a run sees it: one model at a time, {b['steps']} steps back to back on {b['threads']} threads, "
+        f"freed memory kept; {b['rounds']} rounds"
+    )
+    print(f"{'model':16} {'auto':>15} {'reference':>15} {'auto/ref':>9}")
+    for r in b["rows"]:
+        speeds = {impl: " ".join(f"{v:7.1f}" for v in values) for impl, values in r["images_per_s"].items()}
+        print(
+            f"{r['model']:16} {speeds['auto']:>15} {speeds.get('reference', '-'):>15} "
+            f"{_or_dash(r['auto_over_reference'], '8.2f', 'x')}"
+        )
+    print("auto/ref: the best round of each; the interleaved table above times one thread at a time")
 
 
 def _print_allocator(a: dict[str, Any]) -> None:

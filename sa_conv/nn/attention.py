@@ -27,7 +27,8 @@ Computations (``impl``):
   non-content logit term as a float32 bias and its dropout (one mask per image, as the paper's code
   for content attention); ``auto`` takes it on CUDA; on CPU it measured no faster than the reference.
 - ``"tiled"``: content attention one image at a time, its ``(heads, N, N)`` tile kept in cache
-  (sa_conv.nn.tiled); every other logit term is a float32 bias. No attention dropout.
+  (sa_conv.nn.tiled); the positional logits are a float32 bias, query and key terms are read from
+  their tables of shifts (composite) or else made a bias too. No attention dropout.
 - ``"auto"`` (default): the fastest exact path: ``separable`` or ``shared`` for positional-only
   attention (``shared`` while dropout is active); for input-dependent attention ``sdpa`` on CUDA,
   ``tiled`` on a CPU for content attention with a batch-free bias and no active dropout (outside
@@ -155,10 +156,11 @@ class MultiHeadSelfAttention2d(nn.Module):
             if kind == "cuda":
                 return "sdpa"
             # tiled: a CPU's caches (meta: the FLOP count); not traced by torch.compile (a loop per image);
-            # not with a per-image bias (composite): measured no faster than the reference there
+            # not with query or key terms (composite): the kernel reads them from their tables of shifts,
+            # exact, but measured no faster than the reference (0.98x the small step, benchmarks/)
             cpu = kind in ("cpu", "meta") and not torch.compiler.is_compiling()
-            batch_free_bias = not (self.query_term or self.key_term)
-            return "tiled" if cpu and self.content and batch_free_bias and not dropout else "reference"
+            tiles = self.content and not dropout and self._batch_free_bias
+            return "tiled" if cpu and tiles else "reference"
         if dropout:  # the paper's one mask per step on the batch-free probabilities
             return "shared"
         return "separable" if _given(self.encoding).separable else "shared"
@@ -234,15 +236,24 @@ class MultiHeadSelfAttention2d(nn.Module):
         return self._project(heads_out.transpose(1, 2), h, w)
 
     def _tiled(self, x: Tensor) -> Tensor:
-        """Content attention one image at a time (``nn.tiled``), every other logit term a float bias."""
+        """Content attention one image at a time (``nn.tiled``): the positional logits a float bias, the
+        query and key terms read by the kernel from their tables of shifts, or else a float bias too."""
         if self.training and self.attn_dropout.p > 0:
             raise ValueError("impl='tiled' cannot apply attention dropout; use 'reference' or 'auto'")
         b, h, w, d = x.shape
         dtype = _softmax_dtype(x)
         q, k = self._queries_keys(x)
-        bias = self._bias(q, k, h, w, dtype)  # (1|B, heads, N, N) or None
+        shifts, bias = None, None
+        if self._tabulated:  # the positional logits alone as the bias, (1, heads, N, N)
+            bias = self._positional(h, w, x.device, dtype).unsqueeze(0)
+            shifts = _given(self.encoding).shift_tables(h, w, x.device)
+        else:
+            bias = self._bias(q, k, h, w, dtype)  # (1|B, heads, N, N) or None
         q, k = _given(q).transpose(1, 2).to(dtype), _given(k).transpose(1, 2).to(dtype)  # (B, N, heads, D)
-        heads_out = tiled_content_attention(q, k, x.reshape(b, h * w, d), bias, 1 / math.sqrt(self.dim))
+        with no_autocast(x.device):  # the shift tables in the logit dtype
+            heads_out = tiled_content_attention(
+                q, k, x.reshape(b, h * w, d), bias, 1 / math.sqrt(self.dim), shifts
+            )
         return self._project(heads_out, h, w)  # heads_out (B, N, heads, D)
 
     def _project(self, heads_out: Tensor, h: int, w: int) -> Tensor:
@@ -251,6 +262,16 @@ class MultiHeadSelfAttention2d(nn.Module):
         return self.proj(heads_out.reshape(b, h, w, heads * d))
 
     # ------------------------------------------------------------------ internals
+
+    @property
+    def _batch_free_bias(self) -> bool:
+        """Whether every non-content logit term is the same for every image (no query or key term)."""
+        return not (self.query_term or self.key_term)
+
+    @property
+    def _tabulated(self) -> bool:
+        """Whether the query and key terms come as tables of shifts (the tiled kernel reads them)."""
+        return not self._batch_free_bias and _given(self.encoding).tabulated
 
     def _check_input(self, x: Tensor) -> tuple[int, int, int, int]:
         """The input's shape, checked."""

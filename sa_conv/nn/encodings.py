@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sa_conv.nn.registry import ENCODINGS, EncodingEntry, EncodingLayer
+from sa_conv.nn.tiled import ShiftTables
 from sa_conv.utils.quote import quoted
 
 __all__ = [
@@ -74,6 +75,7 @@ class PositionalEncoding(nn.Module):
     separable: bool = False  # axis_logits(height, width): row + column terms sum to the logits
     query_dependent: bool = False  # query_logits(q, height, width): a term of the query's features
     key_dependent: bool = False  # key_logits(k, height, width): a term of the key's features
+    tabulated: bool = False  # shift_tables(height, width, device): those terms as tables of shifts
     weight_decay: bool = True  # False: exempt from weight decay (the paper's centres and spreads)
     head_parameters: tuple[str, ...] = ()  # parameters whose first dimension is the head (pruning)
     centre_parameter: str | None = None  # the per-head centres (heads, 2) it learns (head dynamics)
@@ -94,6 +96,10 @@ class PositionalEncoding(nn.Module):
     def key_logits(self, k: Tensor, height: int, width: int) -> Tensor:
         """The key-dependent term for keys ``k (B, heads, N, D)``: ``(B, heads, N, N)``."""
         raise NotImplementedError(f"{type(self).__name__} has no key-dependent term")
+
+    def shift_tables(self, height: int, width: int, device: torch.device) -> ShiftTables:
+        """The query- and key-dependent terms as tables of relative shifts (the tiled kernel's form)."""
+        raise NotImplementedError(f"{type(self).__name__} has no tables of shifts")
 
     #: the paper's pruning rule for this encoding's heads, in words (None: no rule)
     degenerate_rule: str | None = None
@@ -313,6 +319,7 @@ class CompositeRelativeEncoding(PositionalEncoding):
     """
 
     head_parameters = ("bias",)
+    tabulated = True
 
     def __init__(
         self,
@@ -373,6 +380,11 @@ class CompositeRelativeEncoding(PositionalEncoding):
         index, _ = self._table_index(height, width, q.device)
         table = F.embedding(index, self.rel.flatten(0, 1)).to(q.dtype)  # (N, N, D): w[clip(k - q)]
         return torch.einsum("bhqd,qkd->bhqk", q / math.sqrt(self.dim), table)  # (B, heads, N, N)
+
+    def shift_tables(self, height: int, width: int, device: torch.device) -> ShiftTables:
+        index, _ = self._table_index(height, width, device)
+        rel, rel_key = (None if t is None else t.flatten(0, 1) for t in (self.rel, self.rel_key))
+        return ShiftTables(index, rel, rel_key, 1 / math.sqrt(self.dim))  # tables (S, D)
 
     def key_logits(self, k: Tensor, height: int, width: int) -> Tensor:
         """``k_h . w'[clip(q - k)] / sqrt(dim)`` for keys ``k (B, heads, N, dim)``: ``(B, heads, N, N)``."""

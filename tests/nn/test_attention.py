@@ -11,7 +11,7 @@ from sa_conv.nn.encodings import (
     QuadraticEncoding,
 )
 from sa_conv.nn.surgery import prune_layer_heads
-from sa_conv.nn.tiled import tiled_content_attention
+from sa_conv.nn.tiled import ShiftTables, tiled_content_attention
 
 
 def make(kind: str, dim: int = 8, heads: int = 3, **kw) -> MultiHeadSelfAttention2d:
@@ -26,8 +26,19 @@ def make(kind: str, dim: int = 8, heads: int = 3, **kw) -> MultiHeadSelfAttentio
             heads, dim, window=1, mask=True, query_term=False, init_std=1.0
         ),
         "composite-key": lambda: CompositeRelativeEncoding(heads, dim, window=1, key_term=True, init_std=1.0),
+        "composite-masked-key": lambda: CompositeRelativeEncoding(
+            heads, dim, window=1, mask=True, key_term=True, init_std=1.0
+        ),
+        "composite-key-only": lambda: CompositeRelativeEncoding(
+            heads, dim, window=2, query_term=False, bias_term=False, key_term=True, init_std=1.0
+        ),
     }[kind]()
-    content = kind.startswith("content") or kind in ("composite", "composite-key")
+    content = kind.startswith("content") or kind in (
+        "composite",
+        "composite-key",
+        "composite-masked-key",
+        "composite-key-only",
+    )
     return MultiHeadSelfAttention2d(dim, heads, encoding=enc, content=content, **kw)
 
 
@@ -88,6 +99,8 @@ FAST = [
     ("content-only", "tiled"),
     ("composite", "tiled"),
     ("composite-key", "tiled"),
+    ("composite-masked-key", "tiled"),
+    ("composite-key-only", "tiled"),
 ]
 
 
@@ -125,7 +138,8 @@ def assert_same_outputs_and_gradients(ref, fast, x, x2, y_ref, y_fast) -> None:
         ("content", 0.0, True, "tiled"),  # on CPU; "sdpa" on CUDA
         ("content", 0.1, False, "tiled"),
         ("content", 0.1, True, "reference"),  # one dropout mask per image: the dense path
-        ("composite", 0.0, False, "reference"),  # its per-image bias: tiled measured no faster
+        ("composite", 0.0, True, "reference"),  # tiled reads its tables of shifts: exact, no faster
+        ("composite-key", 0.0, False, "reference"),
     ],
 )
 def test_auto_picks_exact_path(kind, dropout, training, expected):
@@ -290,6 +304,103 @@ def test_tiled_kernel_gradients_pass_gradcheck(batch, heads, bias):
         return tiled_content_attention(*args[:3], args[3] if len(args) > 3 else None, 0.7)
 
     assert torch.autograd.gradcheck(kernel, inputs)
+
+
+def shift_index(height: int, width: int, window: int) -> torch.Tensor:
+    """The composite table's row of every clipped shift, written out with loops: ``(N, N)``."""
+    n, size = height * width, 2 * window + 1
+    index = torch.empty(n, n, dtype=torch.long)
+    for q in range(n):
+        for k in range(n):
+            dy = max(-window, min(window, k // width - q // width)) + window
+            dx = max(-window, min(window, k % width - q % width)) + window
+            index[q, k] = dy * size + dx
+    return index
+
+
+@pytest.mark.parametrize("terms", ["query", "key", "both"])
+@pytest.mark.parametrize("bias", ["none", "shared", "per-image"])
+def test_tiled_kernel_with_shift_tables_passes_gradcheck(terms, bias):
+    """The kernel with tables of shifts, in float64, against finite differences: queries, keys, values,
+    the bias and both tables."""
+    batch, heads, d, (height, width), window = 2, 2, 3, (2, 3), 1
+    n, size = height * width, (2 * window + 1) ** 2
+    g = torch.Generator().manual_seed(1)
+    q, k = (torch.randn(batch, n, heads, d, generator=g, dtype=torch.float64) for _ in range(2))
+    x = torch.randn(batch, n, d, generator=g, dtype=torch.float64)
+    b = {"none": None, "shared": 1, "per-image": batch}[bias]
+    logits = None if b is None else torch.randn(b, heads, n, n, generator=g, dtype=torch.float64)
+    tq = torch.randn(size, d, generator=g, dtype=torch.float64) if terms in ("query", "both") else None
+    tk = torch.randn(size, d, generator=g, dtype=torch.float64) if terms in ("key", "both") else None
+    index = shift_index(height, width, window)
+    tensors = [q, k, x, logits, tq, tk]
+    inputs = [t.requires_grad_() for t in tensors if t is not None]
+
+    def kernel(*args):
+        it = iter(args)
+        q_, k_, x_, b_, tq_, tk_ = (next(it) if t is not None else None for t in tensors)
+        return tiled_content_attention(q_, k_, x_, b_, 0.7, ShiftTables(index, tq_, tk_, 0.3))
+
+    assert torch.autograd.gradcheck(kernel, inputs)
+
+
+def test_tiled_kernel_shift_terms_equal_the_written_out_sum():
+    """The kernel's logits with a query term: softmax(0.7 q.k + 0.3 q . table[index]) x, per head."""
+    g = torch.Generator().manual_seed(2)
+    batch, heads, d, (height, width), window = 2, 3, 4, (3, 4), 1
+    n = height * width
+    q, k = (torch.randn(batch, n, heads, d, generator=g) for _ in range(2))
+    x = torch.randn(batch, n, d, generator=g)
+    table = torch.randn((2 * window + 1) ** 2, d, generator=g)
+    index = shift_index(height, width, window)
+    y = tiled_content_attention(q, k, x, None, 0.7, ShiftTables(index, table, None, 0.3))
+    for image in range(batch):
+        for head in range(heads):
+            qh, kh = q[image, :, head], k[image, :, head]  # (N, D)
+            logit = 0.7 * qh @ kh.T + 0.3 * torch.einsum("qd,qkd->qk", qh, table[index])
+            expected = logit.softmax(-1) @ x[image]
+            torch.testing.assert_close(y[image, :, head], expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"bias": torch.zeros(1, 2, 6, 5)}, "bias must be"),
+        ({"bias": torch.zeros(1, 2, 6, 6, dtype=torch.float64)}, "bias must be"),
+        ({"q": torch.zeros(2, 6, 2, 4, dtype=torch.bfloat16)}, "float32 or float64"),
+        ({"x": torch.zeros(2, 5, 4)}, "x must be"),
+        ({"index": torch.zeros(6, 6, dtype=torch.int32)}, "shift index"),
+        ({"index": torch.full((6, 6), 9)}, r"lie in \[0, 9\)"),
+        ({"table": torch.zeros(9, 3)}, "query table"),
+    ],
+)
+def test_tiled_kernel_refuses_bad_arguments_in_one_line(change, match):
+    args = {
+        "q": torch.zeros(2, 6, 2, 4),
+        "k": torch.zeros(2, 6, 2, 4),
+        "x": torch.zeros(2, 6, 4),
+        "bias": None,
+        "index": torch.zeros(6, 6, dtype=torch.long),
+        "table": torch.zeros(9, 4),
+        **change,
+    }
+    shifts = ShiftTables(args["index"], args["table"], None, 0.5)
+    with pytest.raises(ValueError, match=match):
+        tiled_content_attention(args["q"], args["k"], args["x"], args["bias"], 0.5, shifts)
+
+
+class _UntabulatedComposite(CompositeRelativeEncoding):
+    tabulated = False  # a query term the kernel cannot read: the layer's bias must carry it
+
+
+def test_tiled_makes_query_terms_without_tables_a_dense_bias():
+    layer = MultiHeadSelfAttention2d(8, 2, encoding=_UntabulatedComposite(2, 8, window=1), content=True)
+    fast = copy.deepcopy(layer)
+    fast.impl = "tiled"  # asked for: the per-image bias, made densely, still exact
+    x = torch.randn(2, 3, 4, 8, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    layer.impl = "reference"
+    assert_same_outputs_and_gradients(layer, fast, x, x2, layer(x), fast(x2))
 
 
 def test_tiled_saves_the_probabilities_only_for_backward():

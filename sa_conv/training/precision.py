@@ -8,7 +8,8 @@ autocast's list is shorter and leaves e.g. ``layer_norm`` in the dtype of its in
 a ``Linear``: on a CPU the LayerNorm output, and so the whole residual stream of a post-LN transformer,
 is rounded to bf16. The contract (``FLOAT32_OPS``, enforced by ``Float32Ops``) runs CUDA's float32 list
 in float32 on every device; the attention's logits and softmax are float32 in the layer itself, under
-any autocast. docs/performance.md ("bf16: the cause of the divergence") has the runs behind it.
+any autocast. docs/performance.md ("bf16: why it diverged, and the precision contract") has the runs
+behind it.
 
 ``Bf16ProductsInFloat32`` computes bf16 matrix products and convolutions as float32 ones on their bf16
 operands, rounded back to bf16: what a CPU with native bf16 computes (exact products of bf16 numbers,

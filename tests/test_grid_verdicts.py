@@ -5,6 +5,9 @@ The section's verdict table asks the grid issue's questions, each with its thres
 decides the verdict by the threshold, so the test fails when a number changes (in the docs or in the JSON),
 when a verdict is not the one its numbers give, or when a number is written into the table that no results
 file backs. Seeds of an entry with no row yet must be named as not finished.
+
+results.md's tables quote each run's final numbers; the same tables in docs/results-notes.md (its section of
+the same name) quote them with the numbers at every milestone, and are held to the JSON the same way.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 import math
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +37,8 @@ from helpers.verdicts import (
 from experiments.study.milestones import at_milestones
 from experiments.study.row import StudyRow
 
+RESULTS = REPO / "docs" / "results.md"
+NOTES = REPO / "docs" / "results-notes.md"  # the verdict tables again, with every milestone
 SECTION = "## Does the grid form?"
 TABLE = "| question (threshold) | verdict | numbers |"
 BUDGET = 15  # the study's epochs: the milestones of a longer run are its multiples
@@ -50,35 +56,39 @@ def curve(row: dict[str, Any], key: str, form: str = "{}") -> str:
     )
 
 
-def grid_in_layer1() -> list[str]:
+def grid_in_layer1(milestones: bool) -> list[str]:
     rows, unfinished = long_rows("small", "quadratic-60ep")
     texts = [verdict({r["seed"]: forms_grid(r) for r in rows}, unfinished)]
     for r in rows:
         epochs = marks(r)
         layer = r["layers"][0]
-        texts.append(
+        text = (
             f"seed {r['seed']}: {layer['sharp_heads']} sharp heads on {layer['sharp_distinct_taps']} "
             f"distinct taps at {r['epochs']} epochs"
         )
-        texts.append(
-            f"at {epochs} epochs: sharp heads {curve(r, 'sharp_heads')}, "
-            f"distinct taps {curve(r, 'sharp_distinct_taps')}"
-        )
+        if milestones:
+            text += (
+                f"; at {epochs} epochs: sharp heads {curve(r, 'sharp_heads')}, "
+                f"distinct taps {curve(r, 'sharp_distinct_taps')}"
+            )
+        texts.append(text)
     return texts
 
 
-def centres_move() -> list[str]:
+def centres_move(milestones: bool) -> list[str]:
     rows, unfinished = long_rows("small", "quadratic-60ep")
     passed = {r["seed"]: r["layers"][0]["median_displacement"] >= MOVED_PX for r in rows}
     texts = [verdict(passed, unfinished)]
     for r in rows:
         moved = [f"{layer['median_displacement']:.2f}" for layer in r["layers"]]
-        texts.append(f"seed {r['seed']}: layer 1 {moved[0]} px, layer 2 {moved[1]} px")
-        texts.append(f"layer 1 over training {curve(r, 'median_displacement', '{:.2f}')} px")
+        text = f"seed {r['seed']}: layer 1 {moved[0]} px, layer 2 {moved[1]} px"
+        if milestones:
+            text += f"; layer 1 over training {curve(r, 'median_displacement', '{:.2f}')} px"
+        texts.append(text)
     return texts
 
 
-def no_overlap() -> list[str]:
+def no_overlap(milestones: bool) -> list[str]:  # the final taps only, in both tables
     rows, unfinished = long_rows("small", "quadratic-60ep")
     passed = {
         r["seed"]: r["layers"][0]["sharp_distinct_taps"] == r["layers"][0]["sharp_heads"] > 0 for r in rows
@@ -100,7 +110,7 @@ def per_layer(snapshot: dict[str, Any], key: str, form: str = "{}", layers: slic
 TRAINING = "training, carried in `weights/unfinished/`"  # the numbers cell while no seed has finished
 
 
-def grid_in_a_middle_layer() -> list[str]:
+def grid_in_a_middle_layer(milestones: bool) -> list[str]:
     rows, unfinished = long_rows("small6", "quadratic-45ep")
     texts = [verdict({r["seed"]: bool(grid_layers(r)) for r in rows}, unfinished)]
     for r in rows:
@@ -109,32 +119,36 @@ def grid_in_a_middle_layer() -> list[str]:
             str(max(la.sharp_distinct_taps or 0 for la in s.layers[2:]))
             for _, s in at_milestones(StudyRow.from_json(r), BUDGET)
         )
-        texts.append(
+        text = (
             f"seed {r['seed']}, layers 1-6 at {r['epochs']} epochs: sharp heads "
             f"{per_layer(r, 'sharp_heads')} on {per_layer(r, 'sharp_distinct_taps')} distinct taps"
         )
-        texts.append(f"the most distinct taps of sharp heads in a layer >= 3 at {epochs} epochs: {most}")
+        if milestones:
+            text += f"; the most distinct taps of sharp heads in a layer >= 3 at {epochs} epochs: {most}"
+        texts.append(text)
     return texts if rows else [*texts, TRAINING]
 
 
-def later_layers_move_outward() -> list[str]:
+def later_layers_move_outward(milestones: bool) -> list[str]:
     rows, unfinished = long_rows("small6", "quadratic-45ep")
     texts = [verdict({r["seed"]: moves_outward(r) for r in rows}, unfinished)]
     for r in rows:
-        texts.append(
+        text = (
             f"seed {r['seed']}, median outward of layers 4 / 5 / 6 at {r['epochs']} epochs: "
             f"{per_layer(r, 'median_outward', '{:+.2f}', slice(3, 6))} px"
         )
-        snapshots = [snapshot for _, snapshot in at_milestones(StudyRow.from_json(r), BUDGET)]
-        for i in (4, 5, 6):
-            over = " / ".join(f"{s.layers[i - 1].median_outward:+.2f}" for s in snapshots)
-            texts.append(f"layer {i} at {marks(r)} epochs {over} px")
+        if milestones:
+            snapshots = [snapshot for _, snapshot in at_milestones(StudyRow.from_json(r), BUDGET)]
+            for i in (4, 5, 6):
+                over = " / ".join(f"{s.layers[i - 1].median_outward:+.2f}" for s in snapshots)
+                text += f"; layer {i} at {marks(r)} epochs {over} px"
+        texts.append(text)
     return texts if rows else [*texts, TRAINING]
 
 
 # the start of each question's cell -> its verdict (the verdict cell starts with it), then the texts its
-# numbers cell holds
-QUESTIONS: dict[str, Callable[[], list[str]]] = {
+# numbers cell holds: each run's final numbers, or (given True) each one with its numbers at every milestone
+QUESTIONS: dict[str, Callable[[bool], list[str]]] = {
     "layer 1 of `small` forms a grid": grid_in_layer1,
     "the centres move": centres_move,
     "the sharp heads do not overlap": no_overlap,
@@ -143,41 +157,54 @@ QUESTIONS: dict[str, Callable[[], list[str]]] = {
 }
 
 
-def table_rows() -> list[list[str]]:
-    """The body rows, as cells, of the section's verdict tables (one per longer entry)."""
-    body = section((REPO / "docs" / "results.md").read_text(), SECTION)
-    assert body.count(TABLE) >= 1, f"the section has no table headed {TABLE!r}"
+DOCS = [RESULTS, NOTES]  # results.md quotes the final numbers, the notes every milestone too
+
+
+def name(doc: Path) -> str:
+    return f"docs/{doc.name}"
+
+
+def table_rows(doc: Path = RESULTS) -> list[list[str]]:
+    """The body rows, as cells, of the section's verdict tables (one per longer entry) in ``doc``."""
+    body = section(doc.read_text(), SECTION)
+    assert body.count(TABLE) >= 1, f"{name(doc)}: the section has no table headed {TABLE!r}"
     return [row for after in body.split(TABLE)[1:] for row in table_cells(after)]
 
 
-def test_every_question_has_one_row_and_no_other() -> None:
-    rows = table_rows()
-    assert len(rows) == len(QUESTIONS), f"the table has {len(rows)} rows, QUESTIONS {len(QUESTIONS)}"
+@pytest.mark.parametrize("doc", DOCS, ids=name)
+def test_every_question_has_one_row_and_no_other(doc: Path) -> None:
+    rows = table_rows(doc)
+    assert len(rows) == len(QUESTIONS), (
+        f"{name(doc)}: the table has {len(rows)} rows, QUESTIONS {len(QUESTIONS)}"
+    )
     for row in rows:
-        assert len(row) == 3, f"a row of three cells (question, verdict, numbers): {row}"
-        assert [key for key in QUESTIONS if row[0].startswith(key)], f"no question starts {row[0]!r}"
+        assert len(row) == 3, f"{name(doc)}: a row of three cells (question, verdict, numbers): {row}"
+        assert [key for key in QUESTIONS if row[0].startswith(key)], (
+            f"{name(doc)}: no question starts {row[0]!r}"
+        )
 
 
 @pytest.mark.parametrize("key", list(QUESTIONS))
-def test_verdict_and_numbers_equal_their_json(key: str) -> None:
-    (row,) = (r for r in table_rows() if r[0].startswith(key))
+@pytest.mark.parametrize("doc", DOCS, ids=name)
+def test_verdict_and_numbers_equal_their_json(doc: Path, key: str) -> None:
+    (row,) = (r for r in table_rows(doc) if r[0].startswith(key))
     cells = " | ".join(row[1:])
     rest = cells
-    said, *numbers = QUESTIONS[key]()
-    assert row[1].startswith(said), (
-        f"row {key!r}: the verdict its numbers give is {said!r}; it says {row[1]!r}"
-    )
+    said, *numbers = QUESTIONS[key](doc == NOTES)
+    where = f"{name(doc)}, row {key!r}"
+    assert row[1].startswith(said), f"{where}: the verdict its numbers give is {said!r}; it says {row[1]!r}"
     if TRAINING not in numbers:  # a finished run's numbers replace the unfinished one's words
-        assert TRAINING not in cells, f"row {key!r} still says {TRAINING!r}"
+        assert TRAINING not in cells, f"{where} still says {TRAINING!r}"
     for expected in [said, *numbers]:
-        assert expected in cells, f"row {key!r} should read {expected!r}; it has: {cells!r}"
+        assert expected in cells, f"{where} should read {expected!r}; it has: {cells!r}"
         rest = rest.replace(expected, " ")
     stray = re.findall(r"[^\s|]*\d[^\s|]*", rest)
-    assert not stray, f"row {key!r} quotes {stray}, which no results file backs here (add it to QUESTIONS)"
+    assert not stray, f"{where} quotes {stray}, which no results file backs here (add it to QUESTIONS)"
 
 
-def test_the_thresholds_the_questions_state() -> None:
-    questions = " ".join(" ".join(r[0] for r in table_rows()).split())
+@pytest.mark.parametrize("doc", DOCS, ids=name)
+def test_the_thresholds_the_questions_state(doc: Path) -> None:
+    questions = " ".join(" ".join(r[0] for r in table_rows(doc)).split())
     assert f"at least {GRID_HEADS} sharp heads on at least {GRID_HEADS} distinct taps" in questions
     assert f"at least {MOVED_PX:g} pixel" in questions
     assert (
@@ -217,7 +244,7 @@ def test_verdict_words(passed: dict[int, bool], unfinished: list[int], expected:
 
 def section_text() -> str:
     """The section's prose, its whitespace folded."""
-    text = (REPO / "docs" / "results.md").read_text()
+    text = RESULTS.read_text()
     return " ".join(text.split(SECTION, 1)[1].split("\n## ", 1)[0].split())
 
 

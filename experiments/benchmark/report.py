@@ -130,14 +130,18 @@ def _print_run_steps(b: dict[str, Any]) -> None:
         f"as a run sees it: one model at a time, {b['steps']} steps back to back on {b['threads']} threads, "
         f"freed memory kept; {b['rounds']} rounds"
     )
-    print(f"{'model':16} {'auto':>15} {'reference':>15} {'auto/ref':>9}")
+    print(f"{'model':16} {'auto':>15} {'reference':>15} {'auto/ref':>9} {'tiled':>15} {'tiled/ref':>9}")
     for r in b["rows"]:
         speeds = {impl: " ".join(f"{v:7.1f}" for v in values) for impl, values in r["images_per_s"].items()}
         print(
             f"{r['model']:16} {speeds['auto']:>15} {speeds.get('reference', '-'):>15} "
-            f"{_or_dash(r['auto_over_reference'], '8.2f', 'x')}"
+            f"{_or_dash(r['auto_over_reference'], '8.2f', 'x')} {speeds.get('tiled', '-'):>15} "
+            f"{_or_dash(r.get('tiled_over_reference'), '8.2f', 'x')}"
         )
-    print("auto/ref: the best round of each; the interleaved table above times one thread at a time")
+    print(
+        "auto/ref: the best round of each; tiled: the tiled kernel where auto takes another path; the "
+        "interleaved table above times one thread at a time"
+    )
 
 
 def _print_allocator(a: dict[str, Any]) -> None:

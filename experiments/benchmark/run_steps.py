@@ -1,6 +1,7 @@
 """Every model's float32 training step as a run sees it: one model at a time, its steps back to back on
 all of torch's threads with freed memory kept, the fast path (``auto``) beside the reference where the
-model has one, in two rounds."""
+model has one (and the tiled kernel for content attention where ``auto`` takes another path), in two
+rounds."""
 
 from __future__ import annotations
 
@@ -37,10 +38,16 @@ def back_to_back(step: Callable[[], None], device: torch.device, steps: int) -> 
 
 
 def _paths(name: str, scale_name: str, device: torch.device) -> tuple[Impl, ...]:
-    """``auto``, and ``reference`` where model ``name`` has attention with a choice of computation."""
+    """``auto``; ``reference`` where model ``name`` has attention with a choice of computation; and
+    ``tiled`` for content attention on a CPU where ``auto`` takes another path (what it would gain)."""
     model = build_model(name, scale_name, device)
-    has_choice = any(isinstance(layer, MultiHeadSelfAttention2d) for layer in model.attention_layers())
-    return ("auto", "reference") if has_choice else ("auto",)
+    layers = [layer for layer in model.attention_layers() if isinstance(layer, MultiHeadSelfAttention2d)]
+    if not layers:
+        return ("auto",)
+    untiled = device.type == "cpu" and any(
+        layer.content and layer.resolved_impl(device) != "tiled" for layer in layers
+    )
+    return ("auto", "reference", "tiled") if untiled else ("auto", "reference")
 
 
 def bench_run_steps(
@@ -52,7 +59,7 @@ def bench_run_steps(
     repeats: int | None = None,
 ) -> dict[str, Any]:
     """images/s of ``models``' (default: all) float32 steps, each path's ``repeats`` (default 10) steps
-    back to back, model after model, in ``ROUNDS`` rounds; the best round's speed-up over the reference."""
+    back to back, model after model, in ``ROUNDS`` rounds; the best rounds' speed-ups over the reference."""
     names = list(models or MODELS)
     paths = {name: _paths(name, scale_name, device) for name in names}
     speeds: dict[str, dict[str, list[float]]] = {name: {p: [] for p in paths[name]} for name in names}
@@ -64,11 +71,13 @@ def bench_run_steps(
     rows = []
     for name in names:
         best = {impl: max(values) for impl, values in speeds[name].items()}
+        over = {impl: speed / best["reference"] for impl, speed in best.items() if "reference" in best}
         rows.append(
             {
                 "model": name,
                 "images_per_s": speeds[name],
-                "auto_over_reference": best["auto"] / best["reference"] if "reference" in best else None,
+                "auto_over_reference": over.get("auto"),
+                "tiled_over_reference": over.get("tiled"),
             }
         )
     return {

@@ -157,7 +157,7 @@ class MultiHeadSelfAttention2d(nn.Module):
                 return "sdpa"
             # tiled: a CPU's caches (meta: the FLOP count); not traced by torch.compile (a loop per image);
             # not with query or key terms (composite): the kernel reads them from their tables of shifts,
-            # exact, but measured no faster than the reference (0.98x the small step, benchmarks/)
+            # exact, but measured no faster than the reference (1.01x the small step, benchmarks/)
             cpu = kind in ("cpu", "meta") and not torch.compiler.is_compiling()
             tiles = self.content and not dropout and self._batch_free_bias
             return "tiled" if cpu and tiles else "reference"

@@ -56,3 +56,16 @@ def test_the_report_names_what_it_measured(capsys: pytest.CaptureFixture[str]) -
     assert "10 steps back to back on 2 threads, freed memory kept; 2 rounds" in out
     assert "composite" in out and "60.4    60.2" in out and "1.00x" in out
     assert "resnet18" in out and "310.0" in out
+
+
+@pytest.mark.parametrize(
+    ("model", "paths"),
+    [
+        ("composite", ("auto", "reference", "tiled")),  # auto keeps the reference: what tiled would gain
+        ("learned-content", ("auto", "reference")),  # auto is the tiled kernel already
+        ("quadratic", ("auto", "reference")),
+        ("resnet18", ("auto",)),  # no attention with a choice of computation
+    ],
+)
+def test_the_paths_each_model_is_timed_on(model: str, paths: tuple[str, ...]) -> None:
+    assert run_steps._paths(model, "small", torch.device("cpu")) == paths

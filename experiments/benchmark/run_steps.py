@@ -5,15 +5,13 @@ rounds."""
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from experiments.benchmark.steps import build_model, sgd_step
-from experiments.benchmark.tools import synchronize
+from experiments.benchmark.tools import median_seconds
 from sa_conv.models import MODELS
 from sa_conv.nn.attention import Impl, MultiHeadSelfAttention2d
 from sa_conv.utils.precisions import FLOAT32
@@ -27,14 +25,7 @@ def back_to_back(step: Callable[[], None], device: torch.device, steps: int) -> 
     """Median seconds of ``steps`` consecutive calls of ``step``, after two warm-up calls."""
     step()
     step()
-    seconds = []
-    for _ in range(steps):
-        synchronize(device)
-        start = time.perf_counter()
-        step()
-        synchronize(device)
-        seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds)
+    return median_seconds(step, device, steps)
 
 
 def _paths(name: str, scale_name: str, device: torch.device) -> tuple[Impl, ...]:

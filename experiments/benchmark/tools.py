@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["SCALES", "Scale", "forward_backward", "peak_memory", "synchronize", "time_it"]
+__all__ = ["SCALES", "Scale", "forward_backward", "median_seconds", "peak_memory", "synchronize", "time_it"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +36,18 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
+def median_seconds(fn: Callable[[], Any], device: torch.device, calls: int) -> float:
+    """Median seconds of ``calls`` consecutive calls of ``fn``, each timed on its own."""
+    seconds = []
+    for _ in range(calls):
+        synchronize(device)
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
+
+
 def time_it(
     fn: Callable[[], Any], device: torch.device, min_time: float, repeats: int | None = None
 ) -> float:
@@ -47,16 +59,9 @@ def time_it(
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # as torch.utils.benchmark's Timer measures
         try:
-            seconds = []
-            for _ in range(repeats):
-                synchronize(device)
-                start = time.perf_counter()
-                fn()
-                synchronize(device)
-                seconds.append(time.perf_counter() - start)
+            return median_seconds(fn, device, repeats)
         finally:
             torch.set_num_threads(threads)
-        return statistics.median(seconds)
     # imported here, quietly: at import it warns "No CUDA runtime is found" on every CPU machine
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     from torch.utils import benchmark as tbench
